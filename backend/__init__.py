@@ -1,0 +1,1 @@
+"""InferScale backend: the tenant REST API, its Postgres schema and services."""

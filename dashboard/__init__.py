@@ -1,0 +1,1 @@
+"""Operator dashboard (Streamlit)."""

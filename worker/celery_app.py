@@ -1,0 +1,35 @@
+"""The Celery application: Redis broker and result backend from backend settings."""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from backend.core.config import get_settings
+
+GPU_QUEUE = "gpu"  # tasks that need the engine run on workers next to a GPU
+DEFAULT_QUEUE = "default"
+
+
+def create_celery() -> Celery:
+    settings = get_settings()
+    app = Celery(
+        "inferscale",
+        broker=settings.redis_url,
+        backend=settings.redis_url,
+        include=["worker.tasks"],
+    )
+    app.conf.update(
+        task_default_queue=DEFAULT_QUEUE,
+        task_acks_late=True,  # a job whose worker dies is redelivered; jobs are idempotent
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_serializer="json",
+        result_serializer="json",
+        accept_content=["json"],
+        broker_connection_retry_on_startup=True,
+        result_expires=3600,
+    )
+    return app
+
+
+celery_app = create_celery()
