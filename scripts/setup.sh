@@ -14,7 +14,8 @@ pick_python() {
   echo "!! need Python 3.11 or 3.12" >&2; exit 1
 }
 
-[ -x .venv/bin/python ] || { echo "--> creating .venv"; "$(pick_python)" -m venv .venv; }
+# .venv may be a symlink into a cache (CI): create the venv where it points.
+[ -x .venv/bin/python ] || { echo "--> creating .venv"; "$(pick_python)" -m venv "$(readlink -f .venv)"; }
 pip=(.venv/bin/python -m pip)
 inputs_hash=$(cat pyproject.toml requirements/*.txt scripts/setup.sh | sha256sum | cut -c1-16)
 stamp=.venv/.inferscale-setup-$inputs_hash
