@@ -63,3 +63,38 @@ def greedy_chat(llm: LLM, messages: Sequence[ChatMessage], max_tokens: int = 32)
     outputs = llm.chat(conversation, params)
     text: str = outputs[0].outputs[0].text
     return text
+
+
+def build_injection_llm(
+    settings: RuntimeSettings,
+    *,
+    store_name: str = "default",
+    scrub_blocks: bool = False,
+    model: str | None = None,
+    extra_engine_args: dict[str, Any] | None = None,
+) -> LLM:
+    """An engine with the InferScale connector, in-process so that the connector's scheduler and
+    worker halves share one KV store with the runtime (``store_named(store_name)``).
+
+    ``scrub_blocks`` (tests): fill a request's injected blocks with garbage before writing, so
+    that stale KV left by an earlier request can never make a broken injection look right.
+    """
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
+    from vllm.config import KVTransferConfig
+
+    from gpu_runtime.connector.vllm_connector import CONNECTOR_MODULE, CONNECTOR_NAME
+
+    transfer = KVTransferConfig(
+        kv_connector=CONNECTOR_NAME,
+        kv_connector_module_path=CONNECTOR_MODULE,
+        kv_role="kv_both",
+        kv_connector_extra_config={"store": store_name, "scrub_blocks": scrub_blocks},
+    )
+    args: dict[str, Any] = {
+        "kv_transfer_config": transfer,
+        "distributed_executor_backend": "uni",
+        # One step prefills a whole prompt, so a capture never straddles two steps' blocks.
+        "max_num_batched_tokens": settings.max_model_len,
+    }
+    args.update(extra_engine_args or {})
+    return build_llm(settings, model=model, extra_engine_args=args)

@@ -1,0 +1,151 @@
+"""Worker half of the connector: scatters stored KV into a request's blocks, captures new KV.
+
+Loads run in ``start_load`` before the forward (vLLM calls it first for synchronous loads):
+for every layer, the stored pre-RoPE keys are rotated to the positions the facts take in this
+prompt and written with the values through the backend's layout adapter. Captures read the
+fact span of each layer right after vLLM wrote it, and are stored un-rotated at the end of the step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import torch
+
+from gpu_runtime.connector.metadata import CaptureRequest, InjectionMetadata, LoadRequest
+from gpu_runtime.errors import RuntimeErrorBase
+from gpu_runtime.layouts import PagedKVLayout, check_layer
+from gpu_runtime.rope import RopeRotator
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.memory import InMemoryKVStore
+from gpu_runtime.types import FactKey, TenantId
+
+_LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
+SCRUB_VALUE = 3.0e4  # large finite garbage: attention over it visibly breaks the output
+
+
+class MissingKVError(RuntimeErrorBase):
+    """A fact the scheduler claimed vanished before the worker could load it."""
+
+
+def layer_order(names: list[str]) -> list[str]:
+    """Layer names sorted by their ``layers.<i>.`` index (vLLM's naming for decoder stacks)."""
+
+    def index(name: str) -> int:
+        match = _LAYER_INDEX.search(name)
+        if match is None:
+            raise ValueError(f"cannot find a layer index in {name!r}")
+        return int(match.group(1))
+
+    return sorted(names, key=index)
+
+
+@dataclass
+class _CaptureBuffer:
+    tenant: TenantId
+    keys: torch.Tensor  # [layers, total, H, D] cache dtype, post-RoPE as captured
+    values: torch.Tensor  # [layers, total, H, D]
+    positions: torch.Tensor  # [total] int64: where each token sat when captured
+    filled: int = 0
+
+
+class WorkerHalf:
+    def __init__(self, store: InMemoryKVStore, rotator: RopeRotator, layout: PagedKVLayout) -> None:
+        self.store = store
+        self.rotator = rotator
+        self.layout = layout
+        self.layers: list[str] = []
+        self._kv: dict[str, torch.Tensor] = {}
+        self._buffers: dict[tuple[str, FactKey], _CaptureBuffer] = {}
+
+    def register(self, kv_caches: dict[str, torch.Tensor], backend: str) -> None:
+        self.layers = layer_order(list(kv_caches))
+        self._kv = dict(kv_caches)
+        for name in self.layers:
+            check_layer(self.layout, kv_caches[name], backend)
+
+    # ---- loads ---------------------------------------------------------------------------
+    def start_load(self, meta: InjectionMetadata) -> None:
+        for load in meta.loads:
+            self._load(load)
+
+    def _load(self, load: LoadRequest) -> None:
+        keys, values, positions = self._gather(load)  # [L, n, H, D] x2, [n]
+        slots = torch.tensor(load.slots, dtype=torch.int64)
+        if load.scrub_blocks:
+            self._scrub(load.scrub_blocks)
+        n_layers, n = keys.shape[0], keys.shape[1]
+        # Rotate every layer at once: [L*n, H, D] with positions tiled per layer.
+        rotated = self.rotator.rotate(keys.flatten(0, 1), positions.repeat(n_layers))
+        rotated = rotated.view(n_layers, n, *keys.shape[2:])
+        for index, name in enumerate(self.layers):
+            kv_layer = self._kv[name]
+            self.layout.write(kv_layer, slots.to(kv_layer.device), rotated[index], values[index])
+
+    def _gather(self, load: LoadRequest) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        keys, values, positions = [], [], []
+        for piece in load.pieces:
+            kv = self.store.get(load.tenant, piece.key)
+            if kv is None:
+                raise MissingKVError(f"KV for {piece.key} disappeared after it was claimed")
+            window = slice(piece.src_offset, piece.src_offset + piece.n)
+            keys.append(kv.keys_pre_rope[:, window])
+            values.append(kv.values[:, window])
+            positions.append(torch.arange(piece.position, piece.position + piece.n))
+        if sum(p.n for p in load.pieces) != len(load.slots):
+            raise MissingKVError("load pieces do not cover the claimed slots")
+        return torch.cat(keys, dim=1), torch.cat(values, dim=1), torch.cat(positions)
+
+    def _scrub(self, blocks: tuple[int, ...]) -> None:
+        index = torch.tensor(blocks, dtype=torch.int64)
+        for name in self.layers:
+            kv_layer = self._kv[name]
+            kv_layer[index.to(kv_layer.device)] = SCRUB_VALUE
+
+    # ---- captures ------------------------------------------------------------------------
+    def save_layer(
+        self, captures: list[CaptureRequest], layer_name: str, kv_layer: torch.Tensor
+    ) -> None:
+        layer = self.layers.index(layer_name)
+        for request in captures:
+            for piece in request.pieces:
+                buffer = self._buffer(request, piece.key, piece.total, kv_layer)
+                slots = torch.tensor(piece.slots, dtype=torch.int64, device=kv_layer.device)
+                k, v = self.layout.read(kv_layer, slots)  # [n, H, D] each
+                rows = slice(piece.dst_offset, piece.dst_offset + piece.n)
+                buffer.keys[layer, rows] = k.to(buffer.keys.device)
+                buffer.values[layer, rows] = v.to(buffer.values.device)
+                if layer == 0:
+                    buffer.positions[rows] = torch.arange(piece.position, piece.position + piece.n)
+                    buffer.filled += piece.n
+
+    def _buffer(
+        self, request: CaptureRequest, key: FactKey, total: int, like: torch.Tensor
+    ) -> _CaptureBuffer:
+        slot = (request.req_id, key)
+        if slot not in self._buffers:
+            shape = (len(self.layers), total, like.shape[1], self.layout.geometry.head_size)
+            self._buffers[slot] = _CaptureBuffer(
+                request.tenant,
+                torch.empty(shape, dtype=like.dtype),
+                torch.empty(shape, dtype=like.dtype),
+                torch.empty(total, dtype=torch.int64),
+            )
+        return self._buffers[slot]
+
+    def finish_step(self) -> None:
+        """Store every capture whose tokens are now all computed."""
+        done = [slot for slot, b in self._buffers.items() if b.filled >= b.keys.shape[1]]
+        for slot in done:
+            buffer = self._buffers.pop(slot)
+            n_layers = buffer.keys.shape[0]
+            pre = self.rotator.unrotate(
+                buffer.keys.flatten(0, 1), buffer.positions.repeat(n_layers)
+            )
+            kv = FactKV.build(pre.view_as(buffer.keys), buffer.values)
+            self.store.put(buffer.tenant, slot[1], kv)
+
+    def forget(self, req_id: str) -> None:
+        for slot in [s for s in self._buffers if s[0] == req_id]:
+            del self._buffers[slot]

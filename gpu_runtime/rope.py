@@ -1,0 +1,60 @@
+"""Chunked RoPE: move keys between pre-RoPE form and any target positions.
+
+The cos/sin table comes from the model's own rotary embedding, built by vLLM's ``get_rope`` with
+the model's config (see ``connector/vllm_connector.py``), so rope scaling (Llama-3.1 ``llama3``),
+theta, neox vs interleaved pairing and partial rotary are matched by construction. Keys are
+rotated in float32 so that un-rotating and rotating back to the same position is bit-exact after
+the cast to the cache dtype.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class RopeRotator:
+    """Applies (or undoes) the rotation R(p) to keys at arbitrary positions p."""
+
+    def __init__(
+        self, cos_sin_cache: torch.Tensor, head_size: int, rotary_dim: int, is_neox_style: bool
+    ) -> None:
+        if cos_sin_cache.dim() != 2 or cos_sin_cache.shape[1] != rotary_dim:
+            raise ValueError(f"cos_sin_cache must be [max_position, {rotary_dim}]")
+        if rotary_dim > head_size or rotary_dim % 2:
+            raise ValueError(f"rotary_dim {rotary_dim} incompatible with head_size {head_size}")
+        self.cos_sin_cache = cos_sin_cache.to(torch.float32)  # [max_position, rotary_dim]
+        self.head_size = head_size
+        self.rotary_dim = rotary_dim
+        self.is_neox_style = is_neox_style
+
+    @property
+    def max_position(self) -> int:
+        return int(self.cos_sin_cache.shape[0])
+
+    def rotate(self, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """keys [n, heads, head_size] (pre-RoPE) -> float32 keys rotated to ``positions`` [n]."""
+        return self._apply(keys, positions, inverse=False)
+
+    def unrotate(self, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """keys [n, heads, head_size] rotated at ``positions`` [n] -> float32 pre-RoPE keys."""
+        return self._apply(keys, positions, inverse=True)
+
+    def _apply(self, keys: torch.Tensor, positions: torch.Tensor, inverse: bool) -> torch.Tensor:
+        if keys.dim() != 3 or keys.shape[-1] != self.head_size:
+            raise ValueError(f"keys must be [n, heads, {self.head_size}], got {tuple(keys.shape)}")
+        if positions.numel() and int(positions.max()) >= self.max_position:
+            raise ValueError(f"position {int(positions.max())} beyond {self.max_position}")
+        x = keys.to(torch.float32)
+        table = self.cos_sin_cache.to(x.device)
+        cos, sin = table.index_select(0, positions.to(x.device).long()).chunk(2, dim=-1)
+        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [n, 1, rotary_dim / 2]
+        if inverse:
+            sin = -sin  # R(p)^-1 = R(-p): same cos, opposite sin
+        rot, passthrough = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        if self.is_neox_style:  # pairs (i, i + rotary_dim/2)
+            x1, x2 = rot.chunk(2, dim=-1)
+            out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+        else:  # GPT-J style: interleaved pairs (2i, 2i + 1)
+            x1, x2 = rot[..., 0::2], rot[..., 1::2]
+            out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+        return torch.cat((out, passthrough), dim=-1)  # [n, heads, head_size] float32

@@ -1,0 +1,177 @@
+"""InjectionRuntime: the engine, its KV store and the composer behind one tenant-typed API.
+
+This is the interface the backend and the worker call (in-process for now; a service process
+later wraps the same class). ``kv`` mode injects stored KV, ``prompt`` mode prefills the same
+token ids (Mem0-style), ``none`` answers without memories.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from gpu_runtime.composer import ComposedPrompt, FactText, PromptComposer, Turn
+from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.connector.wire import encode_params
+from gpu_runtime.engine import build_injection_llm
+from gpu_runtime.store.memory import InMemoryKVStore, store_named
+from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the facts about the user when relevant."
+
+
+class Mode(enum.StrEnum):
+    KV = "kv"
+    PROMPT = "prompt"
+    NONE = "none"
+
+
+@dataclass(frozen=True)
+class FactToEncode:
+    key: FactKey
+    text: str
+    window: tuple[Turn, ...] = ()  # turns preceding the fact, oldest first; the last w are used
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    token_ids: tuple[int, ...]
+    top_logprobs: tuple[dict[int, float], ...] = field(default=())
+    num_cached_tokens: int = 0  # prompt tokens vLLM did not compute (prefix cache + injected)
+
+
+class InjectionRuntime:
+    def __init__(
+        self, llm: LLM, store: InMemoryKVStore, composer: PromptComposer, model_name: str
+    ) -> None:
+        self.llm = llm
+        self.store = store
+        self.composer = composer
+        self.model_name = model_name
+
+    @classmethod
+    def start(
+        cls,
+        settings: RuntimeSettings,
+        *,
+        store_name: str = "default",
+        scrub_blocks: bool = False,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        engine_args: dict[str, Any] | None = None,
+    ) -> InjectionRuntime:
+        llm = build_injection_llm(
+            settings,
+            store_name=store_name,
+            scrub_blocks=scrub_blocks,
+            extra_engine_args=engine_args,
+        )
+        tokenizer = llm.get_tokenizer()
+        composer = PromptComposer(
+            lambda text: list(tokenizer.encode(text, add_special_tokens=False)), system_prompt
+        )
+        name = settings.resolved_model_path.name
+        return cls(llm, store_named(store_name), composer, name)
+
+    def config(self, window: int, version: int = 1) -> EncodingConfig:
+        return EncodingConfig(self.model_name, window, version)
+
+    # ---- encoding ------------------------------------------------------------------------
+    def encode(
+        self, tenant: TenantId, config: EncodingConfig, facts: Sequence[FactToEncode]
+    ) -> list[FactKey]:
+        """Context-window encoding, all facts batched in one engine call: prefill
+        [last w turns][fact] and keep only the fact's KV (keys un-rotated)."""
+        prompts, params = [], []
+        for fact in facts:
+            if fact.key.tenant != tenant or fact.key.config != config:
+                raise ValueError(f"{fact.key} does not belong to {tenant} under {config}")
+            turns = fact.window[len(fact.window) - config.window :] if config.window else ()
+            window = self.composer.window_tokens(turns)
+            tokens = self.composer.fact_tokens(fact.text)
+            prompts.append(window + tokens)
+            params.append(
+                encode_params(tenant, config, capture=(Span(fact.key, len(window), len(tokens)),))
+            )
+        salt = cache_salt(tenant, "encode|" + config.fingerprint())
+        self._run(prompts, params, salt, max_tokens=1)
+        return [fact.key for fact in facts]
+
+    def ensure_preamble(self, tenant: TenantId, config: EncodingConfig) -> FactKey:
+        """The preamble sits at position 0 with nothing before it: its KV is exact."""
+        tokens = self.composer.preamble_tokens()
+        key = FactKey.preamble(tenant, tokens, config)
+        if self.store.get(tenant, key) is None:
+            params = encode_params(tenant, config, capture=(Span(key, 0, len(tokens)),))
+            salt = cache_salt(tenant, "encode|" + config.fingerprint())
+            self._run([tokens], [params], salt, max_tokens=1)
+        return key
+
+    # ---- serving -------------------------------------------------------------------------
+    def compose(
+        self,
+        tenant: TenantId,
+        config: EncodingConfig,
+        facts: Sequence[FactText],
+        query: str,
+        history: Sequence[tuple[str, str]] = (),
+    ) -> ComposedPrompt:
+        return self.composer.compose(tenant, config, facts, history, query)
+
+    def generate(
+        self,
+        tenant: TenantId,
+        prompt: ComposedPrompt,
+        mode: Mode,
+        *,
+        max_tokens: int = 64,
+        logprobs: int | None = None,
+    ) -> Completion:
+        if prompt.segment.tenant != tenant:
+            raise ValueError("prompt composed for another tenant")
+        config = prompt.segment.config
+        if mode is Mode.KV:
+            self.ensure_preamble(tenant, config)
+            params = encode_params(tenant, config, inject=prompt.segment.spans)
+            salt = cache_salt(tenant, config.fingerprint())
+            return self._run([prompt.token_ids], [params], salt, max_tokens, logprobs)[0]
+        return self._run(
+            [prompt.token_ids], [None], cache_salt(tenant, "prompt"), max_tokens, logprobs
+        )[0]
+
+    def _run(
+        self,
+        prompts: Sequence[tuple[int, ...]],
+        params: Sequence[dict[str, Any] | None],
+        salt: str,
+        max_tokens: int,
+        logprobs: int | None = None,
+    ) -> list[Completion]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sampling = [
+            SamplingParams(
+                temperature=0.0,
+                max_tokens=max_tokens,
+                logprobs=logprobs,
+                extra_args={"kv_transfer_params": p} if p else None,
+            )
+            for p in params
+        ]
+        inputs: list[Any] = [
+            TokensPrompt(prompt_token_ids=list(t), cache_salt=salt) for t in prompts
+        ]
+        outputs = self.llm.generate(inputs, sampling, use_tqdm=False)
+        return [_completion(o) for o in outputs]
+
+
+def _completion(output: Any) -> Completion:
+    best = output.outputs[0]
+    top = tuple({tid: lp.logprob for tid, lp in step.items()} for step in (best.logprobs or []))
+    return Completion(best.text, tuple(best.token_ids), top, int(output.num_cached_tokens or 0))

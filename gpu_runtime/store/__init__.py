@@ -1,0 +1,1 @@
+"""Where encoded fact KV lives between encoding and injection."""

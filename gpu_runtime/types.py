@@ -1,0 +1,128 @@
+"""Keys and plain value types shared by every part of the runtime (all frozen, all hashable)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any
+
+PREAMBLE_PREFIX = "preamble:"
+
+
+@dataclass(frozen=True, order=True)
+class TenantId:
+    """A tenant; a distinct type so that no pool, index or key can be built without one."""
+
+    value: str
+
+    def __post_init__(self) -> None:
+        if not self.value:
+            raise ValueError("tenant id must be non-empty")
+
+
+@dataclass(frozen=True)
+class EncodingConfig:
+    """What a fact's KV was made with; KV made under another config is never served."""
+
+    model: str
+    window: int  # w: preceding conversation turns the fact was encoded after
+    version: int = 1  # bumped when the encoding procedure changes
+
+    def fingerprint(self) -> str:
+        return f"{self.model}|w={self.window}|v={self.version}"
+
+
+@dataclass(frozen=True, order=True)
+class FactKey:
+    """One encoded fact of one tenant, at one fact version, under one encoding config."""
+
+    tenant: TenantId
+    fact_id: str
+    fact_version: int
+    model: str
+    window: int
+    encoding_version: int = 1
+
+    @classmethod
+    def for_fact(
+        cls, tenant: TenantId, fact_id: str, fact_version: int, config: EncodingConfig
+    ) -> FactKey:
+        return cls(tenant, fact_id, fact_version, config.model, config.window, config.version)
+
+    @classmethod
+    def preamble(
+        cls, tenant: TenantId, token_ids: tuple[int, ...], config: EncodingConfig
+    ) -> FactKey:
+        """The tokens before the first fact (system prompt): encoded at position 0, so exact."""
+        digest = hashlib.sha256(repr(token_ids).encode()).hexdigest()[:24]
+        return cls(tenant, PREAMBLE_PREFIX + digest, 0, config.model, 0, config.version)
+
+    @property
+    def config(self) -> EncodingConfig:
+        return EncodingConfig(self.model, self.window, self.encoding_version)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "tenant": self.tenant.value,
+            "fact_id": self.fact_id,
+            "fact_version": self.fact_version,
+            "model": self.model,
+            "window": self.window,
+            "encoding_version": self.encoding_version,
+        }
+
+    @classmethod
+    def from_wire(cls, data: dict[str, Any]) -> FactKey:
+        return cls(
+            TenantId(str(data["tenant"])),
+            str(data["fact_id"]),
+            int(data["fact_version"]),
+            str(data["model"]),
+            int(data["window"]),
+            int(data["encoding_version"]),
+        )
+
+
+@dataclass(frozen=True)
+class Span:
+    """``n_tokens`` tokens of ``key`` placed at prompt positions ``[start, start + n_tokens)``."""
+
+    key: FactKey
+    start: int
+    n_tokens: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.n_tokens
+
+
+@dataclass(frozen=True)
+class MemorySegment:
+    """The ordered KV pieces a request wants injected: all of one tenant, one config."""
+
+    tenant: TenantId
+    config: EncodingConfig
+    spans: tuple[Span, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        previous_end = 0
+        for span in self.spans:
+            if span.key.tenant != self.tenant:
+                raise ValueError("a memory segment may only hold its own tenant's facts")
+            if span.n_tokens <= 0 or span.start < previous_end:
+                raise ValueError("segment spans must be non-empty, ordered and disjoint")
+            previous_end = span.end
+
+    @property
+    def end(self) -> int:
+        return self.spans[-1].end if self.spans else 0
+
+
+def cache_salt(tenant: TenantId, purpose: str) -> str:
+    """Salt for vLLM's prefix cache; derived here, never accepted from a client.
+
+    ``purpose`` is the encoding fingerprint for injected runs and ``"prompt"`` for plain runs:
+    blocks holding injected KV must never be reused by a run that expects prefilled KV, nor
+    across tenants.
+    """
+    return hashlib.sha256(f"inferscale|{tenant.value}|{purpose}".encode()).hexdigest()
