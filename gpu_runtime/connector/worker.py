@@ -1,9 +1,10 @@
 """Worker half of the connector: scatters stored KV into a request's blocks, captures new KV.
 
 Loads run in ``start_load`` before the forward (vLLM calls it first for synchronous loads):
-for every layer, the stored pre-RoPE keys are rotated to the positions the facts take in this
-prompt and written with the values through the backend's layout adapter. Captures read the
-fact span of each layer right after vLLM wrote it, and are stored un-rotated at the end of the step.
+for every layer, the stored keys are re-rotated to the positions the facts take in this prompt
+(untouched where they already sit there) and written with the values through the layout
+adapter. Captures read the fact span of each layer right after vLLM wrote it and store it, with
+the positions its keys were rotated at, once all of the fact's tokens are in.
 """
 
 from __future__ import annotations
@@ -71,31 +72,40 @@ class WorkerHalf:
             self._load(load)
 
     def _load(self, load: LoadRequest) -> None:
-        keys, values, positions = self._gather(load)  # [L, n, H, D] x2, [n]
+        keys, values = self._gather(load)  # [L, n, H, D] each, keys at their target positions
         slots = torch.tensor(load.slots, dtype=torch.int64)
         if load.scrub_blocks:
             self._scrub(load.scrub_blocks)
-        n_layers, n = keys.shape[0], keys.shape[1]
-        # Rotate every layer at once: [L*n, H, D] with positions tiled per layer.
-        rotated = self.rotator.rotate(keys.flatten(0, 1), positions.repeat(n_layers))
-        rotated = rotated.view(n_layers, n, *keys.shape[2:])
         for index, name in enumerate(self.layers):
             kv_layer = self._kv[name]
-            self.layout.write(kv_layer, slots.to(kv_layer.device), rotated[index], values[index])
+            self.layout.write(kv_layer, slots.to(kv_layer.device), keys[index], values[index])
 
-    def _gather(self, load: LoadRequest) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        keys, values, positions = [], [], []
+    def _gather(self, load: LoadRequest) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = [], []
         for piece in load.pieces:
             kv = self.store.get(load.tenant, piece.key)
             if kv is None:
                 raise MissingKVError(f"KV for {piece.key} disappeared after it was claimed")
             window = slice(piece.src_offset, piece.src_offset + piece.n)
-            keys.append(kv.keys_pre_rope[:, window])
+            k, source = kv.keys[:, window], kv.positions[window]
+            target = torch.arange(piece.position, piece.position + piece.n)
+            if not torch.equal(source, target):
+                k = self._rerotate(k, source, target)
+            keys.append(k)
             values.append(kv.values[:, window])
-            positions.append(torch.arange(piece.position, piece.position + piece.n))
         if sum(p.n for p in load.pieces) != len(load.slots):
             raise MissingKVError("load pieces do not cover the claimed slots")
-        return torch.cat(keys, dim=1), torch.cat(values, dim=1), torch.cat(positions)
+        return torch.cat(keys, dim=1), torch.cat(values, dim=1)
+
+    def _rerotate(
+        self, keys: torch.Tensor, source: torch.Tensor, target: torch.Tensor
+    ) -> torch.Tensor:
+        """Chunked RoPE: keys [L, n, H, D] rotated at ``source`` [n] -> at ``target`` [n]."""
+        n_layers = keys.shape[0]
+        flat = keys.flatten(0, 1)  # [L*n, H, D]: one rotation call for every layer
+        pre = self.rotator.unrotate(flat, source.repeat(n_layers))
+        moved = self.rotator.rotate(pre, target.repeat(n_layers))
+        return moved.to(keys.dtype).view_as(keys)
 
     def _scrub(self, blocks: tuple[int, ...]) -> None:
         index = torch.tensor(blocks, dtype=torch.int64)
@@ -139,11 +149,7 @@ class WorkerHalf:
         done = [slot for slot, b in self._buffers.items() if b.filled >= b.keys.shape[1]]
         for slot in done:
             buffer = self._buffers.pop(slot)
-            n_layers = buffer.keys.shape[0]
-            pre = self.rotator.unrotate(
-                buffer.keys.flatten(0, 1), buffer.positions.repeat(n_layers)
-            )
-            kv = FactKV.build(pre.view_as(buffer.keys), buffer.values)
+            kv = FactKV.build(buffer.keys, buffer.values, buffer.positions)
             self.store.put(buffer.tenant, slot[1], kv)
 
     def forget(self, req_id: str) -> None:

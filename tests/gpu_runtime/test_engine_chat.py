@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from gpu_runtime.engine import ChatMessage, greedy_chat
+from gpu_runtime.runtime import InjectionRuntime
 
 pytestmark = pytest.mark.engine
 
 
 @pytest.mark.parametrize("code_word", ["PINEAPPLE", "MARMALADE"])
-def test_answers_with_planted_code_word(plain_llm: Any, code_word: str) -> None:
+def test_answers_with_planted_code_word(runtime: InjectionRuntime, code_word: str) -> None:
     messages = [
         ChatMessage(
             "system",
@@ -20,10 +19,10 @@ def test_answers_with_planted_code_word(plain_llm: Any, code_word: str) -> None:
         ),
         ChatMessage("user", "What is the secret code word?"),
     ]
-    answer = greedy_chat(plain_llm, messages)
+    answer = greedy_chat(runtime.llm, messages)
     assert code_word in answer.upper()
 
 
-def test_greedy_is_deterministic(plain_llm: Any) -> None:
+def test_greedy_is_deterministic(runtime: InjectionRuntime) -> None:
     messages = [ChatMessage("user", "Name three colours.")]
-    assert greedy_chat(plain_llm, messages) == greedy_chat(plain_llm, messages)
+    assert greedy_chat(runtime.llm, messages) == greedy_chat(runtime.llm, messages)
