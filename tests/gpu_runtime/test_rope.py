@@ -1,0 +1,69 @@
+"""RopeRotator against a from-scratch RoPE, for neox and interleaved pairing and partial rotary."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gpu_runtime.rope import RopeRotator
+
+pytestmark = pytest.mark.unit
+
+
+def table(max_pos: int, rotary_dim: int, base: float = 10000.0) -> torch.Tensor:
+    inv = 1.0 / base ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64) / rotary_dim)
+    angles = torch.arange(max_pos, dtype=torch.float64)[:, None] * inv[None, :]
+    return torch.cat((angles.cos(), angles.sin()), dim=-1).float()
+
+
+def reference(x: torch.Tensor, pos: torch.Tensor, rotary_dim: int, neox: bool) -> torch.Tensor:
+    out = x.clone().double()
+    half = rotary_dim // 2
+    for i, p in enumerate(pos.tolist()):
+        for j in range(half):
+            theta = p / 10000.0 ** (2 * j / rotary_dim)
+            a, b = (j, j + half) if neox else (2 * j, 2 * j + 1)
+            x1, x2 = x[i, :, a].double(), x[i, :, b].double()
+            out[i, :, a] = x1 * math.cos(theta) - x2 * math.sin(theta)
+            out[i, :, b] = x2 * math.cos(theta) + x1 * math.sin(theta)
+    return out.float()
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("rotary_dim", [16, 8])
+def test_rotate_matches_reference_and_inverts(neox: bool, rotary_dim: int) -> None:
+    torch.manual_seed(0)
+    rot = RopeRotator(
+        table(64, rotary_dim), head_size=16, rotary_dim=rotary_dim, is_neox_style=neox
+    )
+    keys = torch.randn(5, 2, 16)
+    pos = torch.tensor([0, 3, 17, 40, 63])
+    rotated = rot.rotate(keys, pos)
+    torch.testing.assert_close(
+        rotated, reference(keys, pos, rotary_dim, neox), rtol=1e-5, atol=1e-5
+    )
+    torch.testing.assert_close(rot.unrotate(rotated, pos), keys, rtol=1e-5, atol=1e-5)
+    assert torch.equal(rotated[..., rotary_dim:], keys[..., rotary_dim:])  # partial rotary
+
+
+def test_moving_keys_is_relative() -> None:
+    """R(p1) R(p0)^-1 k depends only on p1 - p0 through the attention score with a query."""
+    torch.manual_seed(1)
+    rot = RopeRotator(table(128, 16), head_size=16, rotary_dim=16, is_neox_style=True)
+    k, q = torch.randn(1, 1, 16), torch.randn(1, 1, 16)
+    score = [
+        (rot.rotate(q, torch.tensor([p + 9])) * rot.rotate(k, torch.tensor([p]))).sum()
+        for p in (0, 30, 100)
+    ]
+    torch.testing.assert_close(score[0], score[1], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(score[0], score[2], rtol=1e-5, atol=1e-5)
+
+
+def test_rejects_bad_shapes_and_positions() -> None:
+    rot = RopeRotator(table(8, 16), head_size=16, rotary_dim=16, is_neox_style=True)
+    with pytest.raises(ValueError):
+        rot.rotate(torch.zeros(2, 16), torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match="beyond"):
+        rot.rotate(torch.zeros(1, 1, 16), torch.tensor([8]))
