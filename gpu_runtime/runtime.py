@@ -16,6 +16,7 @@ from gpu_runtime.composer import ComposedPrompt, FactText, PromptComposer, Turn
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.connector.wire import encode_params
 from gpu_runtime.engine import build_injection_llm
+from gpu_runtime.serving import EngineLoop
 from gpu_runtime.store.memory import InMemoryKVStore, store_named
 from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
 
@@ -51,6 +52,7 @@ class InjectionRuntime:
         self, llm: LLM, store: InMemoryKVStore, composer: PromptComposer, model_name: str
     ) -> None:
         self.llm = llm
+        self.loop = EngineLoop(llm)
         self.store = store
         self.composer = composer
         self.model_name = model_name
@@ -167,8 +169,18 @@ class InjectionRuntime:
         inputs: list[Any] = [
             TokensPrompt(prompt_token_ids=list(t), cache_salt=salt) for t in prompts
         ]
-        outputs = self.llm.generate(inputs, sampling, use_tqdm=False)
+        outputs = self.loop.run_all(inputs, sampling)
         return [_completion(o) for o in outputs]
+
+    def chat_messages(self, messages: Sequence[tuple[str, str]], max_tokens: int = 64) -> str:
+        """A plain chat (no memories) rendered with the model's own chat template."""
+        tokenizer = self.llm.get_tokenizer()
+        conversation: list[Any] = [{"role": r, "content": c} for r, c in messages]
+        text = tokenizer.apply_chat_template(
+            conversation, add_generation_prompt=True, tokenize=False
+        )
+        token_ids = tuple(tokenizer.encode(str(text), add_special_tokens=False))
+        return self._run([token_ids], [None], "plain-chat", max_tokens)[0].text
 
 
 def _completion(output: Any) -> Completion:

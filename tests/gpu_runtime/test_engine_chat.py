@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_runtime.engine import ChatMessage, greedy_chat
 from gpu_runtime.runtime import InjectionRuntime
 
 pytestmark = pytest.mark.engine
@@ -13,16 +12,16 @@ pytestmark = pytest.mark.engine
 @pytest.mark.parametrize("code_word", ["PINEAPPLE", "MARMALADE"])
 def test_answers_with_planted_code_word(runtime: InjectionRuntime, code_word: str) -> None:
     messages = [
-        ChatMessage(
+        (
             "system",
             f"The secret code word is {code_word}. When asked for the code word, reply with it.",
         ),
-        ChatMessage("user", "What is the secret code word?"),
+        ("user", "What is the secret code word?"),
     ]
-    answer = greedy_chat(runtime.llm, messages)
+    answer = runtime.chat_messages(messages)
     assert code_word in answer.upper()
 
 
 def test_greedy_is_deterministic(runtime: InjectionRuntime) -> None:
-    messages = [ChatMessage("user", "Name three colours.")]
-    assert greedy_chat(runtime.llm, messages) == greedy_chat(runtime.llm, messages)
+    messages = [("user", "Name three colours.")]
+    assert runtime.chat_messages(messages) == runtime.chat_messages(messages)

@@ -1,0 +1,38 @@
+"""The backend's error hierarchy; ``backend.api.errors`` maps it to HTTP in one place."""
+
+from __future__ import annotations
+
+
+class AppError(Exception):
+    """Base class: every error the backend raises on purpose, with its HTTP status and code."""
+
+    status_code = 500
+    code = "internal_error"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class NotFoundError(AppError):
+    status_code, code = 404, "not_found"
+
+
+class UnauthorizedError(AppError):
+    status_code, code = 401, "unauthorized"
+
+
+class ForbiddenError(AppError):
+    status_code, code = 403, "forbidden"
+
+
+class ConflictError(AppError):
+    status_code, code = 409, "conflict"
+
+
+class InvalidRequestError(AppError):
+    status_code, code = 422, "invalid_request"
+
+
+class UnavailableError(AppError):
+    status_code, code = 503, "unavailable"

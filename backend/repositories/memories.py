@@ -1,0 +1,150 @@
+"""End users, facts and fact history of one tenant."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Select, func, select, update
+
+from backend.db.models import EndUser, Fact, FactHistory
+from backend.repositories.base import Page, TenantScoped
+
+
+class UserRepository(TenantScoped):
+    def get(self, external_id: str) -> EndUser | None:
+        return self.session.scalar(
+            select(EndUser).where(
+                EndUser.tenant_id == self.tenant_uuid, EndUser.external_id == external_id
+            )
+        )
+
+    def get_or_create(self, external_id: str) -> EndUser:
+        user = self.get(external_id)
+        if user is None:
+            user = EndUser(tenant_id=self.tenant_uuid, external_id=external_id, memory_revision=0)
+            self.session.add(user)
+            self.session.flush()
+        return user
+
+    def by_id(self, user_id: int) -> EndUser | None:
+        return self.session.scalar(
+            select(EndUser).where(EndUser.tenant_id == self.tenant_uuid, EndUser.id == user_id)
+        )
+
+    def bump_revision(self, user: EndUser) -> int:
+        """Atomic in SQL, so two writers never hand out the same revision."""
+        revision = self.session.scalar(
+            update(EndUser)
+            .where(EndUser.tenant_id == self.tenant_uuid, EndUser.id == user.id)
+            .values(memory_revision=EndUser.memory_revision + 1)
+            .returning(EndUser.memory_revision)
+        )
+        assert revision is not None
+        self.session.refresh(user)
+        return int(revision)
+
+
+def vector_bytes(vector: np.ndarray) -> bytes:
+    return np.ascontiguousarray(vector, dtype=np.float32).tobytes()
+
+
+def vector_from(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+class FactRepository(TenantScoped):
+    def _live(self) -> Select[Any]:
+        return select(Fact).where(Fact.tenant_id == self.tenant_uuid, Fact.deleted_at.is_(None))
+
+    def add(
+        self,
+        user: EndUser,
+        text: str,
+        embedding: np.ndarray,
+        meta: dict[str, Any] | None = None,
+        source_turn_id: int | None = None,
+    ) -> Fact:
+        fact = Fact(
+            tenant_id=self.tenant_uuid,
+            user_id=user.id,
+            text=text,
+            embedding=vector_bytes(embedding),
+            meta=meta or {},
+            source_turn_id=source_turn_id,
+            version=1,
+        )
+        self.session.add(fact)
+        self.session.flush()
+        self._history(fact, "ADD", None, text)
+        return fact
+
+    def get(self, fact_id: int) -> Fact | None:
+        fact: Fact | None = self.session.scalar(self._live().where(Fact.id == fact_id))
+        return fact
+
+    def get_any(self, fact_id: int) -> Fact | None:
+        """Including deleted facts (history stays readable)."""
+        return self.session.scalar(
+            select(Fact).where(Fact.tenant_id == self.tenant_uuid, Fact.id == fact_id)
+        )
+
+    def many(self, fact_ids: list[int]) -> list[Fact]:
+        if not fact_ids:
+            return []
+        rows = {f.id: f for f in self.session.scalars(self._live().where(Fact.id.in_(fact_ids)))}
+        return [rows[i] for i in fact_ids if i in rows]
+
+    def list_for_user(self, user: EndUser, page: Page) -> tuple[list[Fact], int]:
+        query = self._live().where(Fact.user_id == user.id)
+        total = self.session.scalar(select(func.count()).select_from(query.subquery())) or 0
+        rows = self.session.scalars(query.order_by(Fact.id).offset(page.offset).limit(page.limit))
+        return list(rows), total
+
+    def live_vectors(self, user: EndUser) -> tuple[list[int], np.ndarray]:
+        rows = self.session.execute(
+            select(Fact.id, Fact.embedding).where(
+                Fact.tenant_id == self.tenant_uuid,
+                Fact.user_id == user.id,
+                Fact.deleted_at.is_(None),
+            )
+        ).all()
+        ids = [int(r[0]) for r in rows]
+        vectors = np.stack([vector_from(r[1]) for r in rows]) if rows else np.zeros((0, 0))
+        return ids, vectors.astype(np.float32)
+
+    def update_text(self, fact: Fact, text: str, embedding: np.ndarray) -> Fact:
+        old = fact.text
+        fact.text = text
+        fact.embedding = vector_bytes(embedding)
+        fact.version += 1
+        self.session.flush()
+        self._history(fact, "UPDATE", old, text)
+        return fact
+
+    def soft_delete(self, fact: Fact) -> None:
+        fact.deleted_at = datetime.now(UTC)
+        self.session.flush()
+        self._history(fact, "DELETE", fact.text, None)
+
+    def history(self, fact: Fact) -> list[FactHistory]:
+        return list(
+            self.session.scalars(
+                select(FactHistory)
+                .where(FactHistory.tenant_id == self.tenant_uuid, FactHistory.fact_id == fact.id)
+                .order_by(FactHistory.id)
+            )
+        )
+
+    def _history(self, fact: Fact, event: str, old: str | None, new: str | None) -> None:
+        self.session.add(
+            FactHistory(
+                tenant_id=self.tenant_uuid,
+                fact_id=fact.id,
+                version=fact.version,
+                event=event,
+                old_text=old,
+                new_text=new,
+            )
+        )

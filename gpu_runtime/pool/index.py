@@ -1,0 +1,389 @@
+"""Scheduler-side residency index for per-tenant KV pools: GPU -> pinned host DRAM -> disk.
+
+The index decides where each fact's KV lives and reports every decision as slab ids (a
+``Placement`` for a new entry, ``Move`` s for entries that had to change tier); it never touches
+tensors, so the scheduler runs it without torch and the worker applies what it reports, moves
+strictly in the order given (a move may reuse slabs an earlier move in the list vacated).
+
+Disk is unbounded and holds a durable copy of every entry, so the worker writes every admitted
+entry to disk as well as to its placement; an entry's ``tier`` is the fastest tier holding it,
+and a move to ``DISK`` just drops the memory copy.
+
+Policy, per memory tier (GPU, then HOST), when an entry of tenant ``t`` needs ``n`` slabs:
+
+* quota: if ``t`` would exceed its per-tier quota, only ``t``'s own least recently used unpinned
+  entries on that tier are evicted, so a tenant at its quota only ever displaces itself;
+* capacity: then the globally least recently used unpinned entries are evicted until ``n`` slabs
+  are free, except that while ``t`` would hold more than its fair share (tier capacity divided
+  by the tenants holding slabs there, ``t`` included) no other tenant is pushed below its fair
+  share: one tenant cannot evict everyone;
+* entries are never evicted while pinned, and nothing is evicted unless the whole plan fits.
+
+GPU evictions are demoted to HOST under the same rules (for the evicted entry's tenant); HOST
+evictions drop to DISK. Quotas and fair shares count slabs, i.e. bytes rounded up to slabs.
+LRU order comes from an integer tick, not time, so the index is deterministic.
+
+``remove`` of a pinned entry does not refuse (the caller could only retry): the entry is marked
+doomed, becomes invisible to lookups, keys and pins, keeps its slabs while an in-flight request
+reads them, and is freed on its last unpin, which returns it so the worker can drop its KV.
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
+
+from gpu_runtime.pool.slabs import SlabAllocator
+from gpu_runtime.types import FactKey, TenantId
+
+
+class Tier(enum.StrEnum):
+    """Where an entry's fastest copy lives, fastest first."""
+
+    GPU = "gpu"
+    HOST = "host"
+    DISK = "disk"
+
+
+_MEMORY_TIERS = (Tier.GPU, Tier.HOST)
+_RANK = {tier: rank for rank, tier in enumerate(Tier)}
+_COUNTERS = ("gpu_evictions", "host_evictions", "gpu_hits", "host_hits", "disk_hits", "misses")
+
+
+class TenantMismatchError(ValueError):
+    """A key of one tenant was used under another tenant's name."""
+
+
+class UnknownEntryError(KeyError):
+    """A pin or unpin named keys the index does not hold (or that are not pinned)."""
+
+
+@dataclass(frozen=True)
+class Move:
+    """Copy ``key``'s KV from ``src_slabs`` of ``src_tier`` to ``dst_slabs`` of ``dst_tier``.
+
+    DISK has no slabs: a move to DISK frees the source slabs, one from DISK reads the durable copy.
+    """
+
+    key: FactKey
+    src_tier: Tier
+    dst_tier: Tier
+    src_slabs: tuple[int, ...]
+    dst_slabs: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a newly admitted entry goes, after applying ``moves`` (in order) to make room."""
+
+    tier: Tier
+    slabs: tuple[int, ...]
+    moves: tuple[Move, ...] = ()
+
+
+@dataclass
+class Entry:
+    """One fact's residency; the index hands out copies, never its own (mutable) records."""
+
+    key: FactKey
+    nbytes: int
+    tier: Tier
+    slabs: tuple[int, ...] = ()
+    pins: int = 0
+    last_use: int = 0
+    doomed: bool = False  # removed while pinned: freed on the last unpin
+
+
+def _check(tenant: TenantId, key: FactKey) -> None:
+    if key.tenant != tenant:
+        raise TenantMismatchError(f"key of tenant {key.tenant.value!r} used as {tenant.value!r}")
+
+
+def _distinct(tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
+    """Checks every key before anything changes, and drops repeats (a request pins a key once)."""
+    result = list(dict.fromkeys(keys))
+    for key in result:
+        _check(tenant, key)
+    return result
+
+
+def _quota_slabs(quota_bytes: int | None, slab_bytes: int) -> int | None:
+    if quota_bytes is None:
+        return None
+    if quota_bytes < 0:
+        raise ValueError("quotas must be non-negative")
+    return quota_bytes // slab_bytes
+
+
+class ResidencyIndex:
+    """Thread-safe map FactKey -> Entry with LRU eviction, per-tenant quotas and pinning."""
+
+    def __init__(
+        self,
+        gpu_budget_bytes: int,
+        host_budget_bytes: int,
+        slab_bytes: int,
+        tenant_gpu_quota_bytes: int | None = None,
+        tenant_host_quota_bytes: int | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._tick = 0
+        self._pools = {
+            Tier.GPU: SlabAllocator(gpu_budget_bytes, slab_bytes),
+            Tier.HOST: SlabAllocator(host_budget_bytes, slab_bytes),
+        }
+        self._quota = {
+            Tier.GPU: _quota_slabs(tenant_gpu_quota_bytes, slab_bytes),
+            Tier.HOST: _quota_slabs(tenant_host_quota_bytes, slab_bytes),
+        }
+        self._entries: dict[TenantId, dict[FactKey, Entry]] = {}
+        self._resident: dict[Tier, dict[FactKey, Entry]] = {t: {} for t in _MEMORY_TIERS}
+        self._used: dict[Tier, Counter[TenantId]] = {t: Counter() for t in _MEMORY_TIERS}
+        self._counters: Counter[tuple[TenantId, str]] = Counter()
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def admit(self, tenant: TenantId, key: FactKey, nbytes: int) -> Placement:
+        """Places a new entry on the fastest tier with room; re-admitting a key is idempotent."""
+        _check(tenant, key)
+        if nbytes <= 0:
+            raise ValueError("nbytes must be positive")
+        with self._lock:
+            entry = self._entries.get(tenant, {}).get(key)
+            if entry is not None:
+                if entry.nbytes != nbytes:
+                    raise ValueError(f"{key} already admitted with {entry.nbytes} bytes")
+                entry.doomed = False  # re-admitted before its last unpin: keep it
+                self._use(entry)
+                return Placement(entry.tier, entry.slabs)
+            entry = Entry(key, nbytes, Tier.DISK, last_use=self._next_tick())
+            self._entries.setdefault(tenant, {})[key] = entry
+            moves: list[Move] = []
+            for tier in _MEMORY_TIERS:
+                if self._try_move(entry, tier, moves, record=False):
+                    break
+            return Placement(entry.tier, entry.slabs, tuple(moves))
+
+    def touch(self, tenant: TenantId, key: FactKey) -> bool:
+        """Marks the entry most recently used; False if the index does not hold it."""
+        _check(tenant, key)
+        with self._lock:
+            entry = self._live(tenant, key)
+            if entry is not None:
+                self._use(entry)
+            return entry is not None
+
+    def lookup(self, tenant: TenantId, key: FactKey) -> Entry | None:
+        """A copy of the entry, without counting a use (for inspection)."""
+        _check(tenant, key)
+        with self._lock:
+            entry = self._live(tenant, key)
+            return None if entry is None else replace(entry)
+
+    def lookup_for_use(self, tenant: TenantId, key: FactKey) -> Entry | None:
+        """Like ``lookup`` but counts a hit on the entry's tier (or a miss) and touches it."""
+        _check(tenant, key)
+        with self._lock:
+            entry = self._live(tenant, key)
+            self._count_lookup(tenant, entry)
+            if entry is None:
+                return None
+            self._use(entry)
+            return replace(entry)
+
+    def pin(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
+        """Pins entries for an in-flight request and promotes them as far towards GPU as fits.
+
+        All or nothing: if any key is absent, ``UnknownEntryError`` is raised and nothing is
+        pinned (hits and misses are still counted). An entry that cannot reach GPU (pinned
+        entries or quotas in the way) stays pinned where it ends up; ``lookup`` tells where.
+        """
+        wanted = _distinct(tenant, keys)
+        with self._lock:
+            found: list[Entry] = []
+            missing: list[FactKey] = []
+            for key in wanted:
+                entry = self._live(tenant, key)
+                self._count_lookup(tenant, entry)
+                if entry is None:
+                    missing.append(key)
+                else:
+                    found.append(entry)
+            if missing:
+                raise UnknownEntryError(missing)
+            for entry in found:  # pin all first so promoting one never evicts another
+                entry.pins += 1
+                self._use(entry)
+            moves: list[Move] = []
+            for entry in found:
+                for tier in _MEMORY_TIERS:
+                    if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
+                        break
+            return moves
+
+    def unpin(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Entry]:
+        """Releases one pin per key; returns the doomed entries this freed (drop their KV)."""
+        wanted = _distinct(tenant, keys)
+        with self._lock:
+            held = self._entries.get(tenant, {})
+            bad = [key for key in wanted if key not in held or not held[key].pins]
+            if bad:
+                raise UnknownEntryError(bad)
+            freed: list[Entry] = []
+            for entry in (held[key] for key in wanted):
+                entry.pins -= 1
+                if entry.pins == 0 and entry.doomed:
+                    freed.append(self._drop(entry))
+            return freed
+
+    def remove(self, tenant: TenantId, key: FactKey) -> Entry | None:
+        """Removes an entry; returns it so the worker frees its KV (unless it comes back doomed)."""
+        _check(tenant, key)
+        with self._lock:
+            entry = self._live(tenant, key)
+            return None if entry is None else self._remove(entry)
+
+    def remove_tenant(self, tenant: TenantId) -> list[Entry]:
+        """Removes all of a tenant's entries (pinned ones as in ``remove``), in key order."""
+        with self._lock:
+            held = self._entries.get(tenant, {})
+            return [self._remove(held[key]) for key in sorted(held) if not held[key].doomed]
+
+    def keys(self, tenant: TenantId) -> list[FactKey]:
+        with self._lock:
+            return sorted(k for k, e in self._entries.get(tenant, {}).items() if not e.doomed)
+
+    def stats(self, tenant: TenantId | None = None) -> dict[str, int]:
+        """Per-tier entry counts, bytes (``*_bytes``: as admitted; ``*_slab_bytes``: as held),
+        pinned entries and counters, for one tenant or (with pool capacities) for all."""
+        with self._lock:
+            tenants = list(self._entries) if tenant is None else [tenant]
+            entries = [e for t in tenants for e in self._entries.get(t, {}).values()]
+            out: dict[str, int] = {"entries": len(entries)}
+            for tier in Tier:
+                on_tier = [e for e in entries if e.tier is tier]
+                out[f"{tier}_entries"] = len(on_tier)
+                out[f"{tier}_bytes"] = sum(e.nbytes for e in on_tier)
+            for tier, pool in self._pools.items():
+                held = sum(len(e.slabs) for e in entries if e.tier is tier)
+                out[f"{tier}_slab_bytes"] = held * pool.slab_bytes
+                if tenant is None:
+                    out[f"{tier}_capacity_bytes"] = pool.capacity_bytes
+                    out[f"{tier}_free_bytes"] = pool.free_bytes
+            out["pinned"] = sum(1 for e in entries if e.pins)
+            counts: Counter[str] = Counter()
+            for (who, name), n in self._counters.items():
+                counts[name] += n if tenant is None or who == tenant else 0
+            out.update({name: counts[name] for name in _COUNTERS})
+            out["evictions"] = out["gpu_evictions"] + out["host_evictions"]
+            return out
+
+    # -- internals (called with the lock held) ---------------------------------------------------
+
+    def _next_tick(self) -> int:
+        self._tick += 1
+        return self._tick
+
+    def _use(self, entry: Entry) -> None:
+        entry.last_use = self._next_tick()
+
+    def _live(self, tenant: TenantId, key: FactKey) -> Entry | None:
+        entry = self._entries.get(tenant, {}).get(key)
+        return None if entry is None or entry.doomed else entry
+
+    def _count_lookup(self, tenant: TenantId, entry: Entry | None) -> None:
+        self._counters[(tenant, "misses" if entry is None else f"{entry.tier}_hits")] += 1
+
+    def _plan_room(self, tier: Tier, tenant: TenantId, need: int) -> list[Entry] | None:
+        """The entries to evict from ``tier`` so ``need`` slabs fit for ``tenant`` (module doc)."""
+        pool, used, quota = self._pools[tier], self._used[tier], self._quota[tier]
+        if need > pool.capacity_slabs or (quota is not None and need > quota):
+            return None
+        own = used[tenant]
+        if pool.free_slabs >= need and (quota is None or own + need <= quota):
+            return []
+        lru = sorted(
+            (e for e in self._resident[tier].values() if not e.pins), key=lambda e: e.last_use
+        )
+        victims: list[Entry] = []
+        freed: Counter[TenantId] = Counter()
+        for entry in lru:
+            if quota is None or own - freed[tenant] + need <= quota:
+                break
+            if entry.key.tenant == tenant:
+                victims.append(entry)
+                freed[tenant] += len(entry.slabs)
+        if quota is not None and own - freed[tenant] + need > quota:
+            return None
+        fair = pool.capacity_slabs // len({t for t, n in used.items() if n > 0} | {tenant})
+        free = pool.free_slabs + freed.total()
+        chosen = {id(e) for e in victims}
+        for entry in lru:
+            if free >= need:
+                break
+            owner, size = entry.key.tenant, len(entry.slabs)
+            if id(entry) in chosen:
+                continue
+            over_share = own - freed[tenant] + need > fair
+            if owner != tenant and over_share and used[owner] - freed[owner] - size < fair:
+                continue  # the caller is over its share: never push another tenant below its own
+            victims.append(entry)
+            freed[owner] += size
+            free += size
+        return victims if free >= need else None
+
+    def _try_move(self, entry: Entry, dst: Tier, moves: list[Move], *, record: bool = True) -> bool:
+        """Puts ``entry`` on memory tier ``dst``, evicting as policy allows; False if it can't."""
+        victims = self._plan_room(dst, entry.key.tenant, self._pools[dst].slabs_for(entry.nbytes))
+        if victims is None:
+            return False
+        for victim in victims:
+            self._evict(victim, moves)
+        slabs = self._pools[dst].allocate(entry.nbytes)
+        src, src_slabs = entry.tier, entry.slabs
+        self._release(entry)
+        entry.tier, entry.slabs = dst, slabs
+        self._resident[dst][entry.key] = entry
+        self._used[dst][entry.key.tenant] += len(slabs)
+        if record:
+            moves.append(Move(entry.key, src, dst, src_slabs, slabs))
+        return True
+
+    def _evict(self, victim: Entry, moves: list[Move]) -> None:
+        """Demotes one tier: GPU -> HOST if HOST has room for it, else (and HOST ->) DISK."""
+        src = victim.tier
+        self._counters[(victim.key.tenant, f"{src}_evictions")] += 1
+        if src is Tier.GPU and self._try_move(victim, Tier.HOST, moves):
+            return
+        moves.append(Move(victim.key, src, Tier.DISK, victim.slabs, ()))
+        self._release(victim)
+
+    def _release(self, entry: Entry) -> None:
+        """Frees the entry's memory slabs, leaving it on DISK only."""
+        if entry.tier in self._pools:
+            self._pools[entry.tier].free(entry.slabs)
+            del self._resident[entry.tier][entry.key]
+            used = self._used[entry.tier]
+            used[entry.key.tenant] -= len(entry.slabs)
+            if not used[entry.key.tenant]:
+                del used[entry.key.tenant]
+        entry.tier, entry.slabs = Tier.DISK, ()
+
+    def _remove(self, entry: Entry) -> Entry:
+        if entry.pins:
+            entry.doomed = True
+            return replace(entry)
+        return self._drop(entry)
+
+    def _drop(self, entry: Entry) -> Entry:
+        """Forgets an unpinned entry; returns its last state so the worker can free its KV."""
+        snapshot = replace(entry)
+        self._release(entry)
+        tenant = entry.key.tenant
+        del self._entries[tenant][entry.key]
+        if not self._entries[tenant]:
+            del self._entries[tenant]
+        return snapshot

@@ -1,0 +1,116 @@
+"""EngineLoop: one thread owns vLLM's engine and steps it; callers submit and stream.
+
+vLLM's offline ``LLM.generate`` blocks its caller until a whole batch is done, so concurrent API
+requests would neither batch together nor stream. Here every request (chat, encoding) is added
+to the one engine and each caller gets its own queue of incremental outputs, so requests from
+many threads are batched by vLLM's scheduler and tokens reach clients as they are produced.
+"""
+
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+
+_DONE = object()
+
+
+class EngineLoopError(RuntimeError):
+    """The engine failed while serving a request."""
+
+
+class EngineLoop:
+    def __init__(self, llm: Any) -> None:
+        self._engine = llm.llm_engine
+        self._inbox: queue.Queue[tuple[str, Any, Any, queue.Queue[Any]]] = queue.Queue()
+        self._streams: dict[str, queue.Queue[Any]] = {}
+        self._ids = itertools.count()
+        # OpenMP thread counts are per thread: the loop must run the model with the count vLLM
+        # initialised it with in the creating thread (vLLM-CPU checks they agree).
+        self._num_threads = torch.get_num_threads()
+        self._thread = threading.Thread(target=self._run, name="inferscale-engine", daemon=True)
+        self._thread.start()
+
+    def stream(self, prompt: Any, params: Any) -> Iterator[Any]:
+        """Cumulative ``RequestOutput``s of one request, the last one finished."""
+        sink: queue.Queue[Any] = queue.Queue()
+        self._inbox.put((f"isr-{next(self._ids)}", prompt, params, sink))
+        while True:
+            item = self._next(sink)
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise EngineLoopError(str(item)) from item
+            yield item
+
+    def run_all(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[Any]:
+        """Submit every request before waiting, so vLLM batches them."""
+        sinks = []
+        for prompt, p in zip(prompts, params, strict=True):
+            sink: queue.Queue[Any] = queue.Queue()
+            self._inbox.put((f"isr-{next(self._ids)}", prompt, p, sink))
+            sinks.append(sink)
+        results = []
+        for sink in sinks:
+            last = None
+            while (item := self._next(sink)) is not _DONE:
+                if isinstance(item, BaseException):
+                    raise EngineLoopError(str(item)) from item
+                last = item
+            results.append(last)
+        return results
+
+    def _next(self, sink: queue.Queue[Any]) -> Any:
+        """Next item for a caller; never waits forever on a loop thread that has died."""
+        while True:
+            try:
+                return sink.get(timeout=1.0)
+            except queue.Empty:
+                if not self._thread.is_alive():
+                    raise EngineLoopError("the engine loop thread has stopped") from None
+
+    def _admit(self, block: bool) -> None:
+        try:
+            item = self._inbox.get(block=block, timeout=0.5 if block else None)
+        except queue.Empty:
+            return
+        while True:
+            request_id, prompt, params, sink = item
+            try:
+                self._engine.add_request(request_id, prompt, params)
+                self._streams[request_id] = sink
+            except Exception as exc:  # a bad request fails alone
+                sink.put(exc)
+                sink.put(_DONE)
+            try:
+                item = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+
+    def _run(self) -> None:
+        # vLLM-CPU replaces torch.set_num_threads with a no-op after binding; call what it wraps.
+        torch._C.set_num_threads(self._num_threads)
+        while True:
+            self._admit(block=not self._streams)
+            if not self._streams:
+                continue
+            try:
+                outputs = self._engine.step()
+            except Exception as exc:  # the engine is broken: fail everyone waiting
+                for sink in self._streams.values():
+                    sink.put(exc)
+                    sink.put(_DONE)
+                self._streams.clear()
+                continue
+            for output in outputs:
+                target = self._streams.get(output.request_id)
+                if target is None:
+                    continue
+                target.put(output)
+                if output.finished:
+                    target.put(_DONE)
+                    del self._streams[output.request_id]
