@@ -45,8 +45,9 @@ class PromptComposer:
     def fact_tokens(self, text: str) -> tuple[int, ...]:
         return self.tokens(f"- {text.strip()}\n")
 
-    def preamble_tokens(self) -> tuple[int, ...]:
-        return self.tokens(f"<|im_start|>system\n{self.system_prompt}\nFacts about the user:\n")
+    def preamble_tokens(self, system: str | None = None) -> tuple[int, ...]:
+        prompt = system or self.system_prompt
+        return self.tokens(f"<|im_start|>system\n{prompt}\nFacts about the user:\n")
 
     def window_tokens(self, turns: Sequence[Turn]) -> tuple[int, ...]:
         """Context a fact is encoded after: its preceding turns, then the facts header."""
@@ -63,9 +64,11 @@ class PromptComposer:
         facts: Sequence[FactText],
         history: Sequence[tuple[str, str]],
         query: str,
+        system: str | None = None,
     ) -> ComposedPrompt:
-        """``history``: (role, content) chat messages before ``query`` (role user/assistant)."""
-        preamble = self.preamble_tokens()
+        """``history``: (role, content) chat messages before ``query`` (role user/assistant);
+        ``system`` replaces the default system prompt (its preamble KV is keyed by its tokens)."""
+        preamble = self.preamble_tokens(system)
         ids = list(preamble)
         spans = [Span(FactKey.preamble(tenant, preamble, config), 0, len(preamble))]
         for fact in facts:

@@ -31,6 +31,15 @@ class RuntimeSettings(BaseSettings):
     gpu_pool_bytes: int = 1 << 30
     host_pool_bytes: int = 4 << 30
     seed: int = 0
+    kv_store_dir: Path | None = None  # default: <home>/kv (durable fact KV, shared by processes)
+
+    @property
+    def resolved_kv_store_dir(self) -> Path:
+        return self.kv_store_dir or self.home / "kv"
+
+    @property
+    def model_name(self) -> str:
+        return self.resolved_model_path.name
 
     @property
     def resolved_model_path(self) -> Path:

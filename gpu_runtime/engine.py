@@ -69,6 +69,7 @@ def build_injection_llm(
     settings: RuntimeSettings,
     *,
     store_name: str = "default",
+    disk_root: str | None = None,
     scrub_blocks: bool = False,
     model: str | None = None,
     extra_engine_args: dict[str, Any] | None = None,
@@ -88,7 +89,11 @@ def build_injection_llm(
         kv_connector=CONNECTOR_NAME,
         kv_connector_module_path=CONNECTOR_MODULE,
         kv_role="kv_both",
-        kv_connector_extra_config={"store": store_name, "scrub_blocks": scrub_blocks},
+        kv_connector_extra_config={
+            "store": store_name,
+            "disk_root": disk_root,
+            "scrub_blocks": scrub_blocks,
+        },
     )
     args: dict[str, Any] = {
         "kv_transfer_config": transfer,

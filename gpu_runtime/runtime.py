@@ -8,7 +8,7 @@ token ids (Mem0-style), ``none`` answers without memories.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +40,18 @@ class FactToEncode:
 
 
 @dataclass(frozen=True)
+class StreamEvent:
+    """Incremental output: the text and token ids produced since the previous event."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    finished: bool
+    finish_reason: str | None
+    prompt_tokens: int
+    num_cached_tokens: int
+
+
+@dataclass(frozen=True)
 class Completion:
     text: str
     token_ids: tuple[int, ...]
@@ -63,13 +75,16 @@ class InjectionRuntime:
         settings: RuntimeSettings,
         *,
         store_name: str = "default",
+        disk_root: str | None = None,
         scrub_blocks: bool = False,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         engine_args: dict[str, Any] | None = None,
     ) -> InjectionRuntime:
+        store = store_named(store_name, disk_root)  # before the engine: this process decides
         llm = build_injection_llm(
             settings,
             store_name=store_name,
+            disk_root=disk_root,
             scrub_blocks=scrub_blocks,
             extra_engine_args=engine_args,
         )
@@ -77,8 +92,7 @@ class InjectionRuntime:
         composer = PromptComposer(
             lambda text: list(tokenizer.encode(text, add_special_tokens=False)), system_prompt
         )
-        name = settings.resolved_model_path.name
-        return cls(llm, store_named(store_name), composer, name)
+        return cls(llm, store, composer, settings.model_name)
 
     def config(self, window: int, version: int = 1) -> EncodingConfig:
         return EncodingConfig(self.model_name, window, version)
@@ -104,10 +118,12 @@ class InjectionRuntime:
         self._run(prompts, params, salt, max_tokens=1)
         return [fact.key for fact in facts]
 
-    def ensure_preamble(self, tenant: TenantId, config: EncodingConfig) -> FactKey:
+    def ensure_preamble(self, tenant: TenantId, prompt: ComposedPrompt) -> FactKey:
         """The preamble sits at position 0 with nothing before it: its KV is exact."""
-        tokens = self.composer.preamble_tokens()
-        key = FactKey.preamble(tenant, tokens, config)
+        config = prompt.segment.config
+        first = prompt.segment.spans[0]
+        tokens = prompt.token_ids[: first.n_tokens]
+        key = first.key
         if self.store.get(tenant, key) is None:
             params = encode_params(tenant, config, capture=(Span(key, 0, len(tokens)),))
             salt = cache_salt(tenant, "encode|" + config.fingerprint())
@@ -122,8 +138,20 @@ class InjectionRuntime:
         facts: Sequence[FactText],
         query: str,
         history: Sequence[tuple[str, str]] = (),
+        system: str | None = None,
     ) -> ComposedPrompt:
-        return self.composer.compose(tenant, config, facts, history, query)
+        return self.composer.compose(tenant, config, facts, history, query, system)
+
+    def _request(self, tenant: TenantId, prompt: ComposedPrompt, mode: Mode) -> tuple[Any, str]:
+        """(kv_transfer_params or None, cache salt) for a composed prompt in ``mode``."""
+        if prompt.segment.tenant != tenant:
+            raise ValueError("prompt composed for another tenant")
+        config = prompt.segment.config
+        if mode is Mode.KV:
+            self.ensure_preamble(tenant, prompt)
+            params = encode_params(tenant, config, inject=prompt.segment.spans)
+            return params, cache_salt(tenant, config.fingerprint())
+        return None, cache_salt(tenant, "prompt")
 
     def generate(
         self,
@@ -134,17 +162,49 @@ class InjectionRuntime:
         max_tokens: int = 64,
         logprobs: int | None = None,
     ) -> Completion:
-        if prompt.segment.tenant != tenant:
-            raise ValueError("prompt composed for another tenant")
-        config = prompt.segment.config
-        if mode is Mode.KV:
-            self.ensure_preamble(tenant, config)
-            params = encode_params(tenant, config, inject=prompt.segment.spans)
-            salt = cache_salt(tenant, config.fingerprint())
-            return self._run([prompt.token_ids], [params], salt, max_tokens, logprobs)[0]
-        return self._run(
-            [prompt.token_ids], [None], cache_salt(tenant, "prompt"), max_tokens, logprobs
-        )[0]
+        params, salt = self._request(tenant, prompt, mode)
+        return self._run([prompt.token_ids], [params], salt, max_tokens, logprobs)[0]
+
+    def stream(
+        self,
+        tenant: TenantId,
+        prompt: ComposedPrompt,
+        mode: Mode,
+        *,
+        max_tokens: int = 64,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int | None = None,
+    ) -> Iterator[StreamEvent]:
+        """Tokens as the engine produces them (the first event marks time to first token)."""
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        params, salt = self._request(tenant, prompt, mode)
+        sampling = SamplingParams(
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            max_tokens=max_tokens,
+            extra_args={"kv_transfer_params": params} if params else None,
+        )
+        request = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=salt)
+        sent_text, sent_tokens = 0, 0
+        for output in self.loop.stream(request, sampling):
+            best = output.outputs[0]
+            yield StreamEvent(
+                best.text[sent_text:],
+                tuple(best.token_ids[sent_tokens:]),
+                bool(output.finished),
+                best.finish_reason,
+                len(prompt.token_ids),
+                int(output.num_cached_tokens or 0),
+            )
+            sent_text, sent_tokens = len(best.text), len(best.token_ids)
+
+    def purge(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
+        for key in keys:
+            self.store.delete(tenant, key)
 
     def _run(
         self,

@@ -8,6 +8,12 @@ from backend.core.config import get_settings
 
 GPU_QUEUE = "gpu"  # tasks that need the engine run on workers next to a GPU
 DEFAULT_QUEUE = "default"
+GPU_TASKS = frozenset({"inferscale.encode_facts"})
+REENCODE_EVERY_S = 600.0
+
+
+def queue_for(task_name: str) -> str:
+    return GPU_QUEUE if task_name in GPU_TASKS else DEFAULT_QUEUE
 
 
 def create_celery() -> Celery:
@@ -20,6 +26,7 @@ def create_celery() -> Celery:
     )
     app.conf.update(
         task_default_queue=DEFAULT_QUEUE,
+        task_routes={name: {"queue": GPU_QUEUE} for name in GPU_TASKS},
         task_acks_late=True,  # a job whose worker dies is redelivered; jobs are idempotent
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
@@ -28,6 +35,9 @@ def create_celery() -> Celery:
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
         result_expires=3600,
+        beat_schedule={
+            "reencode-stale": {"task": "inferscale.reencode_stale", "schedule": REENCODE_EVERY_S}
+        },
     )
     return app
 

@@ -1,13 +1,55 @@
-"""Celery tasks: thin, named, take ids only; the work lives in plain functions."""
+"""Celery tasks: thin, named, take ids only; the work lives in ``worker.jobs``."""
 
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 from worker.celery_app import celery_app
+from worker.jobs import encoding, ingestion
+from worker.jobs.progress import update_job
+
+RETRY = {
+    "bind": True,
+    "autoretry_for": (Exception,),
+    "retry_backoff": True,
+    "retry_backoff_max": 60,
+    "retry_kwargs": {"max_retries": 3},
+}
 
 
 @celery_app.task(name="inferscale.ping")  # type: ignore[untyped-decorator]
 def ping(token: str) -> dict[str, str]:
     """Health round trip: proves the broker delivers and a worker answers."""
     return {"token": token, "worker": socket.gethostname()}
+
+
+def _failed(job_id: str | None, exc: BaseException) -> None:
+    update_job(job_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+
+
+@celery_app.task(name="inferscale.encode_facts", **RETRY)  # type: ignore[untyped-decorator]
+def encode_facts(self: Any, tenant_id: str, fact_ids: list[int], job_id: str | None = None) -> int:
+    try:
+        return encoding.encode_facts(tenant_id, fact_ids, job_id)
+    except Exception as exc:
+        if self.request.retries >= self.max_retries:
+            _failed(job_id, exc)
+        raise
+
+
+@celery_app.task(name="inferscale.ingest_conversation", **RETRY)  # type: ignore[untyped-decorator]
+def ingest_conversation(
+    self: Any, tenant_id: str, conversation_id: str, job_id: str | None = None
+) -> int:
+    try:
+        return ingestion.ingest_conversation(tenant_id, conversation_id, job_id)
+    except Exception as exc:
+        if self.request.retries >= self.max_retries:
+            _failed(job_id, exc)
+        raise
+
+
+@celery_app.task(name="inferscale.reencode_stale")  # type: ignore[untyped-decorator]
+def reencode_stale() -> int:
+    return encoding.reencode_stale()

@@ -99,6 +99,7 @@ class Turn(Base):
     speaker: Mapped[str] = mapped_column(String(200))
     text: Mapped[str] = mapped_column(Text)
     session: Mapped[str] = mapped_column(String(64), default="")
+    ref: Mapped[str] = mapped_column(String(64), default="")  # the source's turn id (LoCoMo dia_id)
     spoken_at: Mapped[str] = mapped_column(String(64), default="")  # as given (LoCoMo strings)
     created_at: Mapped[datetime] = _now_column()
 

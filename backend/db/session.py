@@ -1,8 +1,9 @@
-"""Engine and session factory bound to the process's settings."""
+"""Engine, sessions and after-commit hooks, bound to the process's settings."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 
 from sqlalchemy import Engine, create_engine
@@ -10,14 +11,43 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from backend.core.config import get_settings
 
+AFTER_COMMIT = "inferscale_after_commit"
+
 
 @lru_cache
 def get_engine() -> Engine:
     return create_engine(get_settings().database_url, pool_pre_ping=True)
 
 
+@lru_cache
+def session_factory() -> sessionmaker[Session]:
+    return sessionmaker(bind=get_engine(), expire_on_commit=False)
+
+
+def after_commit(session: Session, action: Callable[[], None]) -> None:
+    """Run ``action`` once the session's transaction has committed (e.g. enqueue a job that must
+    see the rows this transaction wrote); dropped if it rolls back."""
+    session.info.setdefault(AFTER_COMMIT, []).append(action)
+
+
+def run_after_commit(session: Session) -> None:
+    for action in session.info.pop(AFTER_COMMIT, []):
+        action()
+
+
+def commit(session: Session) -> None:
+    session.commit()
+    run_after_commit(session)
+
+
+@contextmanager
 def session_scope() -> Iterator[Session]:
-    """One session per unit of work; commit on success, roll back on any error."""
-    factory = sessionmaker(bind=get_engine(), expire_on_commit=False)
-    with factory() as session, session.begin():
-        yield session
+    """One unit of work: commit (then after-commit hooks) on success, roll back on error."""
+    with session_factory()() as session:
+        try:
+            yield session
+            commit(session)
+        except BaseException:
+            session.rollback()
+            session.info.pop(AFTER_COMMIT, None)
+            raise

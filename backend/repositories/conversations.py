@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 
 from sqlalchemy import func, select
 
 from backend.db.models import Conversation, EndUser, Turn
 from backend.repositories.base import TenantScoped
+
+
+@dataclass(frozen=True)
+class TurnIn:
+    speaker: str
+    text: str
+    session: str = ""
+    ref: str = ""
+    spoken_at: str = ""
 
 
 class ConversationRepository(TenantScoped):
@@ -26,10 +36,8 @@ class ConversationRepository(TenantScoped):
             )
         )
 
-    def add_turns(
-        self, conversation: Conversation, turns: list[tuple[str, str, str, str]]
-    ) -> list[Turn]:
-        """Append (speaker, text, session, spoken_at) turns in order."""
+    def add_turns(self, conversation: Conversation, turns: list[TurnIn]) -> list[Turn]:
+        """Append turns in order."""
         start = (
             self.session.scalar(
                 select(func.coalesce(func.max(Turn.seq), -1)).where(
@@ -43,12 +51,13 @@ class ConversationRepository(TenantScoped):
                 tenant_id=self.tenant_uuid,
                 conversation_id=conversation.id,
                 seq=start + i,
-                speaker=speaker,
-                text=text,
-                session=session,
-                spoken_at=spoken_at,
+                speaker=turn.speaker,
+                text=turn.text,
+                session=turn.session,
+                ref=turn.ref,
+                spoken_at=turn.spoken_at,
             )
-            for i, (speaker, text, session, spoken_at) in enumerate(turns)
+            for i, turn in enumerate(turns)
         ]
         self.session.add_all(rows)
         self.session.flush()
@@ -83,4 +92,13 @@ class ConversationRepository(TenantScoped):
                 )
             )
             or 0
+        )
+
+    def turns(self, conversation: Conversation) -> list[Turn]:
+        return list(
+            self.session.scalars(
+                select(Turn)
+                .where(Turn.tenant_id == self.tenant_uuid, Turn.conversation_id == conversation.id)
+                .order_by(Turn.seq)
+            )
         )

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import Select, func, select, update
 
-from backend.db.models import EndUser, Fact, FactHistory
+from backend.db.models import EndUser, Fact, FactHistory, Turn
 from backend.repositories.base import Page, TenantScoped
 
 
@@ -101,6 +102,15 @@ class FactRepository(TenantScoped):
         total = self.session.scalar(select(func.count()).select_from(query.subquery())) or 0
         rows = self.session.scalars(query.order_by(Fact.id).offset(page.offset).limit(page.limit))
         return list(rows), total
+
+    def source_turns(self, conversation_id: uuid.UUID) -> set[int]:
+        """Turns of a conversation that already have facts (live or deleted)."""
+        rows = self.session.scalars(
+            select(Fact.source_turn_id)
+            .join(Turn, Turn.id == Fact.source_turn_id)
+            .where(Fact.tenant_id == self.tenant_uuid, Turn.conversation_id == conversation_id)
+        )
+        return {int(r) for r in rows if r is not None}
 
     def live_vectors(self, user: EndUser) -> tuple[list[int], np.ndarray]:
         rows = self.session.execute(

@@ -110,7 +110,7 @@ class InferScaleConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
-        self._store = store_named(str(extra.get("store", "default")))
+        self._store = store_named(str(extra.get("store", "default")), extra.get("disk_root"))
         self._scheduler: SchedulerHalf | None = None
         self._worker: WorkerHalf | None = None
         if role == KVConnectorRole.SCHEDULER:

@@ -1,14 +1,17 @@
-"""In-process KV store, shared by the scheduler and worker halves of the connector.
+"""The KV store the connector halves and the runtime share: memory, backed by disk.
 
-The tiered GPU/host/disk pools replace this behind the same interface; here everything lives in
-process memory. Every method takes the tenant explicitly and refuses keys of another tenant.
+Everything lives in process memory; with a disk root, every put is also written durably and a
+miss in memory is filled from disk, so other processes' encodings and earlier runs' are served.
+Every method takes the tenant explicitly and refuses keys of another tenant.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from pathlib import Path
 
+from gpu_runtime.store.disk import DiskKVStore
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.types import FactKey, TenantId
 
@@ -23,46 +26,70 @@ def _check(tenant: TenantId, key: FactKey) -> None:
 
 
 class InMemoryKVStore:
-    """Thread-safe map FactKey -> FactKV, partitioned by tenant."""
+    """Thread-safe map FactKey -> FactKV, partitioned by tenant, optionally disk-backed."""
 
-    def __init__(self) -> None:
+    def __init__(self, disk: DiskKVStore | None = None) -> None:
         self._lock = threading.Lock()
         self._by_tenant: dict[TenantId, dict[FactKey, FactKV]] = {}
+        self.disk = disk
 
     def put(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
         _check(tenant, key)
+        if self.disk is not None:
+            self.disk.put(key, kv)
         with self._lock:
             self._by_tenant.setdefault(tenant, {})[key] = kv
 
     def get(self, tenant: TenantId, key: FactKey) -> FactKV | None:
         _check(tenant, key)
         with self._lock:
-            return self._by_tenant.get(tenant, {}).get(key)
+            kv = self._by_tenant.get(tenant, {}).get(key)
+        if kv is None and self.disk is not None:
+            kv = self.disk.get(key)
+            if kv is not None:
+                with self._lock:
+                    self._by_tenant.setdefault(tenant, {})[key] = kv
+        return kv
 
     def contains_all(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool:
         with self._lock:
-            entries = self._by_tenant.get(tenant, {})
-            for key in keys:
-                _check(tenant, key)
-                if key not in entries:
-                    return False
-            return True
+            entries = dict(self._by_tenant.get(tenant, {}))
+        for key in keys:
+            _check(tenant, key)
+            if key not in entries and not (self.disk is not None and self.disk.exists(key)):
+                return False
+        return True
 
     def delete(self, tenant: TenantId, key: FactKey) -> bool:
         _check(tenant, key)
         with self._lock:
-            return self._by_tenant.get(tenant, {}).pop(key, None) is not None
+            held = self._by_tenant.get(tenant, {}).pop(key, None) is not None
+        on_disk = self.disk.delete(key) if self.disk is not None else False
+        return held or on_disk
+
+    def delete_tenant(self, tenant: TenantId) -> None:
+        with self._lock:
+            self._by_tenant.pop(tenant, None)
+        if self.disk is not None:
+            self.disk.delete_tenant(tenant)
 
     def keys(self, tenant: TenantId) -> list[FactKey]:
         with self._lock:
-            return sorted(self._by_tenant.get(tenant, {}))
+            held = set(self._by_tenant.get(tenant, {}))
+        if self.disk is not None:
+            held |= set(self.disk.keys(tenant))
+        return sorted(held)
 
 
 _STORES: dict[str, InMemoryKVStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def store_named(name: str) -> InMemoryKVStore:
-    """The process's store of that name: the engine's connector halves and the runtime meet here."""
+def store_named(name: str, disk_root: Path | str | None = None) -> InMemoryKVStore:
+    """The process's store of that name: the engine's connector halves and the runtime meet
+    here. The first caller decides whether it is backed by ``disk_root``."""
     with _STORES_LOCK:
-        return _STORES.setdefault(name, InMemoryKVStore())
+        if name not in _STORES:
+            disk = DiskKVStore(Path(disk_root)) if disk_root else None
+            _STORES[name] = InMemoryKVStore(disk)
+        return _STORES[name]

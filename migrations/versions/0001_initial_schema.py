@@ -192,6 +192,7 @@ def upgrade() -> None:
         sa.Column("speaker", sa.String(length=200), nullable=False),
         sa.Column("text", sa.Text(), nullable=False),
         sa.Column("session", sa.String(length=64), nullable=False),
+        sa.Column("ref", sa.String(length=64), nullable=False),
         sa.Column("spoken_at", sa.String(length=64), nullable=False),
         sa.Column(
             "created_at",

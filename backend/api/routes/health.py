@@ -1,0 +1,48 @@
+"""Liveness, readiness (database, broker, engine) and Prometheus metrics."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Response
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from backend.api.deps import ResourcesDep
+from backend.db.session import get_engine
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz")
+def healthz() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+def readyz(resources: ResourcesDep) -> JSONResponse:
+    checks: dict[str, str] = {}
+    try:
+        with get_engine().connect() as conn:
+            conn.execute(text("select 1"))
+        checks["database"] = "ok"
+    except Exception as exc:
+        checks["database"] = f"down: {type(exc).__name__}"
+    try:
+        import redis
+
+        redis.Redis.from_url(resources.settings.redis_url, socket_timeout=2).ping()
+        checks["broker"] = "ok"
+    except Exception as exc:
+        checks["broker"] = f"down: {type(exc).__name__}"
+    # The engine starts on first use; not started yet is ready (it will start), not down.
+    checks["engine"] = "started" if resources.engine.is_started() else "starts on first use"
+    ready = checks["database"] == "ok" and checks["broker"] == "ok"
+    return JSONResponse(
+        {"status": "ready" if ready else "not ready", "checks": checks},
+        status_code=200 if ready else 503,
+    )
+
+
+@router.get("/metrics")
+def metrics() -> Response:
+    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

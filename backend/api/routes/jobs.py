@@ -1,0 +1,34 @@
+"""Job progress (encoding, ingestion) for the tenant that owns the job."""
+
+from __future__ import annotations
+
+import uuid
+
+from fastapi import APIRouter
+
+from backend.api.deps import CallerDep, SessionDep
+from backend.api.schemas.admin import JobOut
+from backend.errors import NotFoundError
+from backend.repositories.encodings import JobRepository
+
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+
+
+@router.get("/{job_id}", response_model=JobOut)
+def get_job(job_id: uuid.UUID, caller: CallerDep, session: SessionDep) -> JobOut:
+    scope = None if caller.scope == "admin" else caller.tenant_id
+    job = JobRepository(session, scope).get(job_id)
+    if job is None or (scope is not None and job.tenant_id is None):
+        raise NotFoundError(f"job {job_id} not found")
+    result = {k: v for k, v in (job.payload or {}).items() if k in ("fact_ids", "encoded")}
+    return JobOut(
+        id=job.id,
+        kind=job.kind,
+        status=job.status,
+        progress_done=job.progress_done,
+        progress_total=job.progress_total,
+        error=job.error,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        result=result,
+    )

@@ -1,0 +1,47 @@
+"""Tenants, keys, jobs."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class TenantCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")
+
+
+class TenantOut(BaseModel):
+    id: uuid.UUID
+    name: str
+    created_at: datetime
+
+
+class TenantCreated(TenantOut):
+    api_key: str
+
+
+class ApiKeyOut(BaseModel):
+    id: uuid.UUID
+    prefix: str
+    scope: str
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyOut):
+    api_key: str
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    kind: str
+    status: str
+    progress_done: int
+    progress_total: int
+    error: str
+    created_at: datetime
+    updated_at: datetime
+    result: dict[str, Any] = Field(default_factory=dict)

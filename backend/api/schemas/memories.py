@@ -1,0 +1,89 @@
+"""Mem0-shaped memory payloads."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+USER_ID = Field(min_length=1, max_length=200)
+
+
+class Message(BaseModel):
+    role: Literal["user", "assistant", "system"]
+    content: str = Field(min_length=1, max_length=20_000)
+
+
+class MemoryCreate(BaseModel):
+    user_id: str = USER_ID
+    messages: list[Message] | None = Field(default=None, max_length=200)
+    text: str | None = Field(default=None, min_length=1, max_length=20_000)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MemoryCreate:
+        if (self.messages is None) == (self.text is None):
+            raise ValueError("give exactly one of 'messages' or 'text'")
+        return self
+
+    def texts(self) -> list[str]:
+        if self.text is not None:
+            return [self.text.strip()]
+        # Each user/assistant message becomes one memory; system messages are instructions.
+        return [m.content.strip() for m in self.messages or [] if m.role != "system"]
+
+
+class MemoryUpdate(BaseModel):
+    text: str = Field(min_length=1, max_length=20_000)
+    metadata: dict[str, Any] | None = None
+
+
+class MemoryOut(BaseModel):
+    id: int
+    user_id: str
+    memory: str
+    version: int
+    metadata: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    score: float | None = None
+
+
+class HistoryOut(BaseModel):
+    id: int
+    memory_id: int
+    version: int
+    event: str
+    old_memory: str | None
+    new_memory: str | None
+    created_at: datetime
+
+
+class EncodingOut(BaseModel):
+    model: str
+    window: int
+    fact_version: int
+    encoding_version: int
+    status: str
+    nbytes: int
+
+
+class SearchRequest(BaseModel):
+    user_id: str = USER_ID
+    query: str = Field(min_length=1, max_length=5_000)
+    top_k: int = Field(5, ge=1, le=200)
+
+
+class SearchOut(BaseModel):
+    results: list[MemoryOut]
+
+
+class MemoryCreated(BaseModel):
+    results: list[MemoryOut]
+    job_id: uuid.UUID | None
+
+
+class Deleted(BaseModel):
+    deleted: int

@@ -1,0 +1,185 @@
+"""Memories (facts) of one tenant's end users: write with history, index, encode, purge."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from backend.db.models import EndUser, Fact, FactHistory
+from backend.errors import NotFoundError
+from backend.repositories.base import Page
+from backend.repositories.encodings import EncodingRepository, JobRepository
+from backend.repositories.memories import FactRepository, UserRepository, vector_from
+from backend.retrieval.index import IndexKey
+from backend.services.context import TenantContext, after_commit
+from gpu_runtime.types import EncodingConfig, FactKey
+
+ENCODE_TASK = "inferscale.encode_facts"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    fact: Fact
+    score: float
+
+
+def fact_key(ctx: TenantContext, fact_id: int, version: int, config: EncodingConfig) -> FactKey:
+    return FactKey.for_fact(ctx.tenant, str(fact_id), version, config)
+
+
+class MemoryService:
+    def __init__(self, ctx: TenantContext) -> None:
+        self.ctx = ctx
+        self.last_job_id: uuid.UUID | None = None
+        self.users = UserRepository(ctx.session, ctx.tenant)
+        self.facts = FactRepository(ctx.session, ctx.tenant)
+        self.encodings = EncodingRepository(ctx.session, ctx.tenant)
+
+    # ---- writes --------------------------------------------------------------------------
+    def add(
+        self,
+        user_external_id: str,
+        texts: list[str],
+        meta: dict[str, Any] | None = None,
+        source_turn_ids: list[int | None] | None = None,
+        encode: bool = True,
+    ) -> list[Fact]:
+        user = self.users.get_or_create(user_external_id)
+        vectors = self.ctx.embedder.embed(texts)
+        turns = source_turn_ids or [None] * len(texts)
+        facts = [
+            self.facts.add(user, text, vectors[i], meta, turns[i]) for i, text in enumerate(texts)
+        ]
+        self._changed(user, upserts=facts)
+        if encode:
+            self.schedule_encoding(facts)
+        return facts
+
+    def update(self, fact_id: int, text: str, meta: dict[str, Any] | None) -> Fact:
+        fact = self.get(fact_id)
+        old_keys = self._all_keys(fact)
+        if meta is not None:
+            fact.meta = meta
+        if text != fact.text:
+            self.facts.update_text(fact, text, self.ctx.embedder.embed([text])[0])
+            user = self._owner(fact)
+            self._changed(user, upserts=[fact])
+            self.ctx.engine.purge(self.ctx.tenant, old_keys)  # the old version is never served
+            self.schedule_encoding([fact])
+        return fact
+
+    def delete(self, fact_id: int) -> None:
+        fact = self.get(fact_id)
+        self._delete(fact)
+
+    def delete_all(self, user_external_id: str) -> int:
+        user = self.users.get(user_external_id)
+        if user is None:
+            return 0
+        count = 0
+        while True:
+            facts, _ = self.facts.list_for_user(user, Page(0, 500))
+            if not facts:
+                return count
+            for fact in facts:
+                self._delete(fact)
+                count += 1
+
+    def _delete(self, fact: Fact) -> None:
+        keys = self._all_keys(fact)
+        self.facts.soft_delete(fact)
+        self._changed(self._owner(fact), removals=[fact.id])
+        # Purged before the request is acknowledged: the KV can no longer be claimed.
+        self.ctx.engine.purge(self.ctx.tenant, keys)
+
+    # ---- reads ---------------------------------------------------------------------------
+    def get(self, fact_id: int) -> Fact:
+        fact = self.facts.get(fact_id)
+        if fact is None:
+            raise NotFoundError(f"memory {fact_id} not found")
+        return fact
+
+    def list_for(self, user_external_id: str, page: Page) -> tuple[list[Fact], int]:
+        user = self.users.get(user_external_id)
+        return self.facts.list_for_user(user, page) if user is not None else ([], 0)
+
+    def history(self, fact_id: int) -> list[FactHistory]:
+        fact = self.facts.get_any(fact_id)
+        if fact is None:
+            raise NotFoundError(f"memory {fact_id} not found")
+        return self.facts.history(fact)
+
+    def search(self, user_external_id: str, query: str, top_k: int) -> list[SearchHit]:
+        user = self.users.get(user_external_id)
+        if user is None:
+            return []
+        key = self._ensure_index(user)
+        hits = self.ctx.index.search(key, self.ctx.embedder.embed([query])[0], top_k)
+        facts = {f.id: f for f in self.facts.many([fact_id for fact_id, _ in hits])}
+        # Only live facts of this tenant and user come back, whatever the index holds.
+        return [
+            SearchHit(facts[i], score)
+            for i, score in hits
+            if i in facts and facts[i].user_id == user.id
+        ]
+
+    # ---- encoding ------------------------------------------------------------------------
+    def schedule_encoding(self, facts: list[Fact]) -> None:
+        if not facts:
+            return
+        config = self.ctx.engine.encoding_config()
+        for fact in facts:
+            self.encodings.ensure_pending(fact, config)
+        job = JobRepository(self.ctx.session, self.encodings.tenant_uuid).create(
+            "encode_facts", {"fact_ids": [f.id for f in facts]}, total=len(facts)
+        )
+        self.last_job_id = job.id
+        payload: dict[str, object] = {
+            "tenant_id": self.ctx.tenant.value,
+            "fact_ids": [f.id for f in facts],
+            "job_id": str(job.id),
+        }
+        after_commit(self.ctx.session, lambda: self.ctx.enqueue(ENCODE_TASK, payload))
+
+    # ---- helpers -------------------------------------------------------------------------
+    def _owner(self, fact: Fact) -> EndUser:
+        user = self.users.by_id(fact.user_id)
+        assert user is not None
+        return user
+
+    def _all_keys(self, fact: Fact) -> list[FactKey]:
+        return [
+            FactKey.for_fact(
+                self.ctx.tenant,
+                str(fact.id),
+                row.fact_version,
+                EncodingConfig(row.model, row.window, row.encoding_version),
+            )
+            for row in self.encodings.for_fact(fact.id)
+        ]
+
+    def _ensure_index(self, user: EndUser) -> IndexKey:
+        key = IndexKey(self.ctx.tenant, user.external_id)
+        if self.ctx.index.revision(key) != user.memory_revision:
+            ids, vectors = self.facts.live_vectors(user)
+            if not ids:
+                vectors = vectors.reshape(0, self.ctx.index.dim)
+            self.ctx.index.rebuild(key, ids, vectors, user.memory_revision)
+        return key
+
+    def _changed(
+        self, user: EndUser, upserts: list[Fact] | None = None, removals: list[int] | None = None
+    ) -> None:
+        """Keep this process's index current; others notice the revision and rebuild."""
+        key = IndexKey(self.ctx.tenant, user.external_id)
+        was_current = self.ctx.index.revision(key) == user.memory_revision
+        revision = self.users.bump_revision(user)
+        if not was_current:
+            return  # rebuilt from Postgres on the next search
+
+        for fact in upserts or []:
+            self.ctx.index.upsert(key, fact.id, vector_from(fact.embedding).copy())
+        for fact_id in removals or []:
+            self.ctx.index.remove(key, fact_id)
+        self.ctx.index.set_revision(key, revision)

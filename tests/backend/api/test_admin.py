@@ -1,0 +1,93 @@
+"""Tenants and keys through the API: auth, rotation, revocation, idempotency, errors."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.backend.api.conftest import ADMIN, TenantHandle
+
+pytestmark = pytest.mark.db
+
+
+def test_create_list_and_get_tenants(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    tenant = make_tenant()
+    assert tenant.key.startswith("isk_")
+    listed = api.get("/v1/tenants", params={"limit": 500}, headers=ADMIN).json()
+    assert tenant.id in {t["id"] for t in listed["items"]}
+    assert listed["total"] >= 1 and listed["limit"] == 500
+    page = api.get("/v1/tenants", params={"limit": 1, "offset": 0}, headers=ADMIN).json()
+    assert len(page["items"]) == 1
+    assert api.get(f"/v1/tenants/{tenant.id}", headers=ADMIN).json()["id"] == tenant.id
+
+
+def test_auth_errors_are_clear(api: TestClient, make_tenant: Callable[[], TenantHandle]) -> None:
+    tenant = make_tenant()
+    missing = api.get("/v1/tenants")
+    assert missing.status_code == 401
+    assert missing.json()["error"]["code"] == "unauthorized"
+    assert api.get("/v1/tenants", headers={"Authorization": "Bearer isk_nope"}).status_code == 401
+    forbidden = api.get("/v1/tenants", headers=tenant.headers)
+    assert forbidden.status_code == 403
+    assert api.get("/v1/memories", params={"user_id": "u"}, headers=ADMIN).status_code == 403
+
+
+def test_rotation_revokes_old_key(api: TestClient, make_tenant: Callable[[], TenantHandle]) -> None:
+    tenant = make_tenant()
+    rotated = api.post(f"/v1/tenants/{tenant.id}/keys", headers=ADMIN)
+    assert rotated.status_code == 201
+    new = {"Authorization": f"Bearer {rotated.json()['api_key']}"}
+    assert (
+        api.get("/v1/memories", params={"user_id": "u"}, headers=tenant.headers).status_code == 401
+    )
+    assert api.get("/v1/memories", params={"user_id": "u"}, headers=new).status_code == 200
+    revoked = api.delete(f"/v1/tenants/{tenant.id}/keys/{rotated.json()['id']}", headers=ADMIN)
+    assert revoked.status_code == 200 and revoked.json()["revoked_at"]
+    assert api.get("/v1/memories", params={"user_id": "u"}, headers=new).status_code == 401
+
+
+def test_idempotent_create_and_conflicts(api: TestClient) -> None:
+    name = f"idem-{uuid.uuid4().hex[:8]}"
+    headers = {**ADMIN, "Idempotency-Key": uuid.uuid4().hex}
+    first = api.post("/v1/tenants", json={"name": name}, headers=headers)
+    again = api.post("/v1/tenants", json={"name": name}, headers=headers)
+    assert first.status_code == again.status_code == 201
+    assert first.json() == again.json()
+    other_body = api.post("/v1/tenants", json={"name": name + "x"}, headers=headers)
+    assert other_body.status_code == 409
+    duplicate = api.post("/v1/tenants", json={"name": name}, headers=ADMIN)
+    assert duplicate.status_code == 409
+    assert "already exists" in duplicate.json()["error"]["message"]
+
+
+def test_bad_input_is_422_never_500(api: TestClient) -> None:
+    for body in ({}, {"name": ""}, {"name": "bad/name"}, {"name": 5}):
+        response = api.post("/v1/tenants", json=body, headers=ADMIN)
+        assert response.status_code == 422, body
+        assert response.json()["error"]["code"] == "invalid_request"
+    assert api.get("/v1/tenants/not-a-uuid", headers=ADMIN).status_code == 422
+    assert api.get(f"/v1/tenants/{uuid.uuid4()}", headers=ADMIN).status_code == 404
+
+
+def test_deleting_a_tenant_revokes_its_keys(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    tenant = make_tenant()
+    assert api.delete(f"/v1/tenants/{tenant.id}", headers=ADMIN).status_code == 204
+    assert (
+        api.get("/v1/memories", params={"user_id": "u"}, headers=tenant.headers).status_code == 401
+    )
+    assert api.get(f"/v1/tenants/{tenant.id}", headers=ADMIN).status_code == 404
+
+
+def test_health_and_metrics(api: TestClient) -> None:
+    assert api.get("/healthz").json() == {"status": "ok"}
+    ready = api.get("/readyz")
+    assert ready.status_code == 200 and ready.json()["checks"]["database"] == "ok"
+    assert "inferscale_http_requests_total" in api.get("/metrics").text
+    assert api.get("/docs").status_code == 200

@@ -1,0 +1,180 @@
+"""Memory CRUD, history, search and tenant isolation through the API (real Postgres, FAISS,
+MiniLM embeddings, the real KV store)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import pytest
+import torch
+from fastapi.testclient import TestClient
+
+from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.memory import store_named
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+from tests.backend.api.conftest import TenantHandle
+
+pytestmark = pytest.mark.db
+
+DISTRACTORS = [
+    "Melanie painted a lake sunrise last year.",
+    "Caroline is studying to become a counselor.",
+    "The user's favourite food is ramen.",
+    "The user goes running every Tuesday.",
+    "The user's sister lives in Toronto.",
+]
+
+
+def _add(api: TestClient, tenant: TenantHandle, user: str, text: str) -> dict[str, object]:
+    response = api.post(
+        "/v1/memories", json={"user_id": user, "text": text}, headers=tenant.headers
+    )
+    assert response.status_code == 201, response.text
+    return response.json()["results"][0]
+
+
+def test_crud_and_history(api: TestClient, make_tenant: Callable[[], TenantHandle]) -> None:
+    tenant, user = make_tenant(), f"u-{uuid.uuid4().hex[:6]}"
+    created = api.post(
+        "/v1/memories",
+        json={
+            "user_id": user,
+            "messages": [
+                {"role": "user", "content": "I adopted a cat named Miso."},
+                {"role": "assistant", "content": "Congratulations on adopting Miso!"},
+            ],
+            "metadata": {"source": "chat"},
+        },
+        headers=tenant.headers,
+    )
+    assert created.status_code == 201
+    body = created.json()
+    assert len(body["results"]) == 2 and body["job_id"]
+    memory = body["results"][0]
+    assert memory["memory"] == "I adopted a cat named Miso." and memory["version"] == 1
+
+    got = api.get(f"/v1/memories/{memory['id']}", headers=tenant.headers).json()
+    assert got["metadata"] == {"source": "chat"} and got["user_id"] == user
+    listed = api.get("/v1/memories", params={"user_id": user, "limit": 1}, headers=tenant.headers)
+    assert listed.json()["total"] == 2 and len(listed.json()["items"]) == 1
+
+    updated = api.put(
+        f"/v1/memories/{memory['id']}", json={"text": "I adopted two cats."}, headers=tenant.headers
+    ).json()
+    assert updated["version"] == 2 and updated["memory"] == "I adopted two cats."
+    assert api.delete(f"/v1/memories/{memory['id']}", headers=tenant.headers).json() == {
+        "deleted": 1
+    }
+    assert api.get(f"/v1/memories/{memory['id']}", headers=tenant.headers).status_code == 404
+
+    history = api.get(f"/v1/memories/{memory['id']}/history", headers=tenant.headers).json()
+    assert [h["event"] for h in history] == ["ADD", "UPDATE", "DELETE"]
+    assert history[1]["old_memory"] == "I adopted a cat named Miso."
+    assert history[1]["new_memory"] == "I adopted two cats."
+
+    assert api.delete("/v1/memories", params={"user_id": user}, headers=tenant.headers).json() == {
+        "deleted": 1
+    }
+    assert (
+        api.get("/v1/memories", params={"user_id": user}, headers=tenant.headers).json()["total"]
+        == 0
+    )
+
+
+def test_planted_fact_ranks_first(api: TestClient, make_tenant: Callable[[], TenantHandle]) -> None:
+    tenant, user = make_tenant(), "searcher"
+    for text in DISTRACTORS:
+        _add(api, tenant, user, text)
+    planted = _add(api, tenant, user, "The user's dog is a beagle called Pepper.")
+    results = api.post(
+        "/v1/memories/search",
+        json={"user_id": user, "query": "What breed is my dog and what is it called?", "top_k": 3},
+        headers=tenant.headers,
+    ).json()["results"]
+    assert results[0]["id"] == planted["id"]
+    assert results[0]["score"] > results[1]["score"]
+
+
+def test_other_tenant_sees_nothing(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    a, b, user = make_tenant(), make_tenant(), "shared-name"
+    secret = _add(api, a, user, "The user's safe combination is 31-7-22.")
+    path = f"/v1/memories/{secret['id']}"
+    assert api.get(path, headers=b.headers).status_code == 404  # 404, not 403: nothing leaks
+    assert api.put(path, json={"text": "x"}, headers=b.headers).status_code == 404
+    assert api.delete(path, headers=b.headers).status_code == 404
+    assert api.get(path + "/history", headers=b.headers).status_code == 404
+    assert api.get("/v1/memories", params={"user_id": user}, headers=b.headers).json()["total"] == 0
+    search = api.post(
+        "/v1/memories/search",
+        json={"user_id": user, "query": "safe combination"},
+        headers=b.headers,
+    )
+    assert search.json()["results"] == []
+    assert api.delete("/v1/memories", params={"user_id": user}, headers=b.headers).json() == {
+        "deleted": 0
+    }
+    assert api.get(path, headers=a.headers).status_code == 200  # untouched
+
+
+def test_deleted_fact_vanishes_from_search_and_kv_store(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    tenant, user = make_tenant(), "deleter"
+    for text in DISTRACTORS[:3]:
+        _add(api, tenant, user, text)
+    doomed = _add(api, tenant, user, "The user's locker code is 4417.")
+    # Its KV, as an encoding job leaves it: in the shared store, on disk.
+    settings = RuntimeSettings()
+    store = store_named("inferscale", settings.resolved_kv_store_dir)
+    typed = TenantId(tenant.id)
+    config = EncodingConfig(settings.model_name, settings.window_turns, settings.encoding_version)
+    key = FactKey.for_fact(typed, str(doomed["id"]), 1, config)
+    store.put(
+        typed, key, FactKV.build(torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4), torch.arange(3))
+    )
+    assert store.contains_all(typed, [key]) and store.disk is not None and store.disk.exists(key)
+
+    query = {"user_id": user, "query": "What is my locker code?", "top_k": 5}
+    before = api.post("/v1/memories/search", json=query, headers=tenant.headers).json()["results"]
+    assert before[0]["id"] == doomed["id"]
+    assert api.delete(f"/v1/memories/{doomed['id']}", headers=tenant.headers).status_code == 200
+    after = api.post("/v1/memories/search", json=query, headers=tenant.headers).json()["results"]
+    assert doomed["id"] not in {r["id"] for r in after}
+    assert not store.contains_all(typed, [key]) and not store.disk.exists(key)
+
+
+def test_idempotency_key_prevents_duplicate_memories(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    tenant = make_tenant()
+    headers = {**tenant.headers, "Idempotency-Key": "add-once"}
+    body = {"user_id": "idem", "text": "The user is allergic to peanuts."}
+    first = api.post("/v1/memories", json=body, headers=headers)
+    second = api.post("/v1/memories", json=body, headers=headers)
+    assert first.json() == second.json()
+    assert (
+        api.get("/v1/memories", params={"user_id": "idem"}, headers=tenant.headers).json()["total"]
+        == 1
+    )
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"user_id": "u"},
+        {"user_id": "u", "text": "a", "messages": [{"role": "user", "content": "b"}]},
+        {"user_id": "", "text": "a"},
+        {"user_id": "u", "messages": [{"role": "robot", "content": "b"}]},
+        {"user_id": "u", "messages": [{"role": "system", "content": "only instructions"}]},
+    ],
+)
+def test_bad_memory_input_is_422(
+    api: TestClient, make_tenant: Callable[[], TenantHandle], body: dict[str, object]
+) -> None:
+    response = api.post("/v1/memories", json=body, headers=make_tenant().headers)
+    assert response.status_code == 422
+    assert response.json()["error"]["message"]
