@@ -16,12 +16,18 @@ from gpu_runtime.composer import ComposedPrompt, FactText, PromptComposer, Turn
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.connector.wire import encode_params
 from gpu_runtime.engine import build_injection_llm
+from gpu_runtime.errors import RuntimeErrorBase
 from gpu_runtime.serving import EngineLoop
 from gpu_runtime.store.memory import InMemoryKVStore, store_named
 from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
 
 if TYPE_CHECKING:
     from vllm import LLM
+
+
+class EncodingError(RuntimeErrorBase):
+    """The engine ran but a fact's KV did not reach the store."""
+
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the facts about the user when relevant."
 
@@ -116,6 +122,9 @@ class InjectionRuntime:
             )
         salt = cache_salt(tenant, "encode|" + config.fingerprint())
         self._run(prompts, params, salt, max_tokens=1)
+        missing = [f.key for f in facts if not self.store.contains_all(tenant, [f.key])]
+        if missing:
+            raise EncodingError(f"{len(missing)} of {len(facts)} facts were not captured")
         return [fact.key for fact in facts]
 
     def ensure_preamble(self, tenant: TenantId, prompt: ComposedPrompt) -> FactKey:

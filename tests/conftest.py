@@ -13,11 +13,13 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support import ADMIN, TenantHandle
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_DATABASE_URL = os.environ.get(
@@ -31,7 +33,7 @@ os.environ["INFERSCALE_ENV"] = "test"
 os.environ["DATABASE_URL"] = f"{_BASE}/{SESSION_DB}"
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
 os.environ["INFERSCALE_KV_STORE_DIR"] = tempfile.mkdtemp(prefix="inferscale-test-kv-")
-ADMIN_KEY = os.environ.setdefault("INFERSCALE_ADMIN_KEY", "test-admin-key")
+os.environ.setdefault("INFERSCALE_ADMIN_KEY", "test-admin-key")
 
 
 def _create_database(name: str) -> str:
@@ -138,3 +140,28 @@ def runtime() -> Iterator[Any]:
         disk_root=str(settings.resolved_kv_store_dir),
         scrub_blocks=True,
     )
+
+
+@pytest.fixture(scope="session")
+def api(migrated_database: str, redis_clean: None) -> Iterator[Any]:
+    """The app with a lazy in-process engine client (tests that never chat never start it)."""
+    from fastapi.testclient import TestClient
+
+    from backend.engine_client import InProcessEngineClient
+    from backend.main import create_app
+    from gpu_runtime.config import RuntimeSettings
+
+    with TestClient(create_app(engine=InProcessEngineClient(RuntimeSettings()))) as client:
+        yield client
+
+
+@pytest.fixture
+def make_tenant(api: Any) -> Callable[[], TenantHandle]:
+    def make() -> TenantHandle:
+        name = f"t-{uuid.uuid4().hex[:10]}"
+        response = api.post("/v1/tenants", json={"name": name}, headers=ADMIN)
+        assert response.status_code == 201, response.text
+        body = response.json()
+        return TenantHandle(body["id"], body["api_key"])
+
+    return make

@@ -52,6 +52,7 @@ class _Tracked:
     params: TransferParams
     block_ids: list[int] = field(default_factory=list)
     pending_load: int = 0  # external tokens granted, waiting for the first schedule
+    seen: bool = False  # scheduled at least once
 
 
 class SchedulerHalf:
@@ -95,8 +96,11 @@ class SchedulerHalf:
             tracked = self._requests.get(req_id)
             if tracked is None:
                 continue
-            # Tokens loaded this step are in the cache before the forward: capturable too.
-            step_start = num_computed - tracked.pending_load
+            # Capturable this step: what is computed now, what was loaded for it, and on a
+            # request's first step also what vLLM took from its prefix cache (identical prompt
+            # prefixes in one batch of encodings share blocks, so those tokens are never computed).
+            step_start = 0 if not tracked.seen else num_computed - tracked.pending_load
+            tracked.seen = True
             if tracked.pending_load:
                 meta.loads.append(self._load(req_id, tracked, num_computed))
                 tracked.pending_load = 0

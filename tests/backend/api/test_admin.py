@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.backend.api.conftest import ADMIN, TenantHandle
+from tests.support import ADMIN, TenantHandle
 
 pytestmark = pytest.mark.db
 

@@ -14,7 +14,7 @@ from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.store.memory import store_named
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
-from tests.backend.api.conftest import TenantHandle
+from tests.support import TenantHandle
 
 pytestmark = pytest.mark.db
 

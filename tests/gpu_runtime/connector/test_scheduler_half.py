@@ -108,3 +108,16 @@ def test_wire_rejects_foreign_capture_keys() -> None:
     with pytest.raises(ValueError, match="tenant"):
         decode_params(raw)
     assert decode_params(None) is None and decode_params({}) is None
+
+
+def test_capture_includes_tokens_taken_from_the_prefix_cache() -> None:
+    """Encodings sharing a window share cached blocks: the fact's first tokens may never be
+    computed by this request, yet its KV is in the request's blocks and must be captured."""
+    half = SchedulerHalf(block_size=4, available=everything)
+    params = decode_params(encode_params(T, CFG, capture=(Span(key("f"), 6, 5),)))
+    half.on_new("r", params, [3, 5, 7])
+    # vLLM found 8 tokens (two blocks) in its prefix cache and computes the last 3.
+    (capture,) = half.build([("r", 8, 3)]).captures
+    assert [(p.dst_offset, p.n, p.position, p.slots) for p in capture.pieces] == [
+        (0, 5, 6, (22, 23, 28, 29, 30))
+    ]

@@ -1,0 +1,137 @@
+"""The official ``openai`` SDK, pointed at the API, gets answers that use a stored memory."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import openai
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.support import ADMIN, TenantHandle
+
+pytestmark = pytest.mark.engine
+
+FACT = "The user's locker code is 4417."
+QUESTION = "What is my locker code? Answer with the number."
+
+
+@pytest.fixture(scope="module")
+def served(
+    runtime: Any, migrated_database: str, redis_clean: None
+) -> Iterator[tuple[TestClient, Any]]:
+    """The app serving from the session's in-process engine."""
+    from backend.engine_client import InProcessEngineClient
+    from backend.main import create_app
+    from gpu_runtime.config import RuntimeSettings
+
+    client = InProcessEngineClient(RuntimeSettings(), runtime=runtime)
+    with TestClient(create_app(engine=client)) as http:
+        yield http, client
+
+
+@pytest.fixture(scope="module")
+def tenant_with_memory(served: tuple[TestClient, Any]) -> TenantHandle:
+    from worker.jobs.encoding import encode_facts
+
+    http, client = served
+    import uuid
+
+    body = http.post(
+        "/v1/tenants", json={"name": f"chat-{uuid.uuid4().hex[:8]}"}, headers=ADMIN
+    ).json()
+    tenant = TenantHandle(body["id"], body["api_key"])
+    memories = [FACT, "The user's favourite colour is teal.", "The user lives in Lisbon."]
+    ids = [
+        http.post(
+            "/v1/memories", json={"user_id": "alice", "text": m}, headers=tenant.headers
+        ).json()["results"][0]["id"]
+        for m in memories
+    ]
+    # The encoding job, run here against this process's engine (the API and the job share it).
+    assert encode_facts(tenant.id, ids, None, engine=client) == len(ids)
+    return tenant
+
+
+def _sdk(http: TestClient, tenant: TenantHandle) -> openai.OpenAI:
+    return openai.OpenAI(api_key=tenant.key, base_url=f"{http.base_url}/v1", http_client=http)
+
+
+@pytest.mark.parametrize("mode", ["kv", "prompt"])
+def test_sdk_chat_uses_stored_memory(
+    served: tuple[TestClient, Any], tenant_with_memory: TenantHandle, mode: str
+) -> None:
+    http, _ = served
+    completion = _sdk(http, tenant_with_memory).chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": QUESTION}],
+        user="alice",
+        max_tokens=24,
+        temperature=0,
+        extra_body={"memory": {"top_k": 3, "mode": mode}},
+    )
+    assert "4417" in (completion.choices[0].message.content or "")
+    assert completion.usage is not None and completion.usage.completion_tokens > 0
+    extension = completion.model_extra["inferscale"]  # type: ignore[index]
+    assert len(extension["memories"]) == 3
+    if mode == "kv":
+        assert extension["injected_tokens"] > 0  # the memories came in as KV, not prefill
+    else:
+        assert extension["injected_tokens"] == 0
+
+
+def test_sdk_streaming_matches_non_streaming(
+    served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
+) -> None:
+    http, _ = served
+    sdk = _sdk(http, tenant_with_memory)
+    request: dict[str, Any] = {
+        "model": "smollm2",
+        "messages": [{"role": "user", "content": QUESTION}],
+        "user": "alice",
+        "max_tokens": 24,
+        "temperature": 0,
+    }
+    whole = sdk.chat.completions.create(**request).choices[0].message.content
+    pieces = [
+        chunk.choices[0].delta.content or ""
+        for chunk in sdk.chat.completions.create(**request, stream=True)
+        if chunk.choices
+    ]
+    assert len([p for p in pieces if p]) > 1  # tokens arrived as they were made
+    assert "".join(pieces) == whole
+
+
+def test_memory_mode_none_and_bad_requests(
+    served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
+) -> None:
+    http, _ = served
+    sdk = _sdk(http, tenant_with_memory)
+    plain = sdk.chat.completions.create(
+        model="smollm2",
+        messages=[{"role": "user", "content": QUESTION}],
+        user="alice",
+        max_tokens=24,
+        extra_body={"memory": {"mode": "none"}},
+    )
+    assert "4417" not in (plain.choices[0].message.content or "")
+    with pytest.raises(openai.UnprocessableEntityError):
+        sdk.chat.completions.create(
+            model="smollm2", messages=[{"role": "assistant", "content": "hi"}], user="alice"
+        )
+    with pytest.raises(openai.UnprocessableEntityError):
+        sdk.chat.completions.create(model="smollm2", messages=[], user="alice")
+
+
+def test_request_log_records_latency(
+    served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
+) -> None:
+    from backend.db.session import session_scope
+    from backend.repositories.requests import RequestLogRepository
+    from gpu_runtime.types import TenantId
+
+    with session_scope() as session:
+        rows = RequestLogRepository(session, TenantId(tenant_with_memory.id)).recent()
+    assert rows and {r.mode for r in rows} >= {"kv", "prompt"}
+    assert all(r.ttft_ms > 0 and r.total_ms >= r.ttft_ms for r in rows)
