@@ -50,12 +50,26 @@ def run_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_platform_demo(args: argparse.Namespace) -> int:
+    from backend.core.config import get_settings
+    from backend.demo import run
+
+    run(args.api, get_settings().admin_api_key, args.questions)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the platform end to end on the embedded defaults")
     demo.add_argument("--skip-worker", action="store_true", help="do not ping a Celery worker")
     demo.set_defaults(func=run_demo)
+    platform = sub.add_parser(
+        "demo-platform", help="drive a running API + worker: import, encode, chat (kv vs prompt)"
+    )
+    platform.add_argument("--api", default="http://127.0.0.1:8000")
+    platform.add_argument("--questions", type=int, default=3)
+    platform.set_defaults(func=run_platform_demo)
     args = parser.parse_args(argv)
     result: int = args.func(args)
     return result

@@ -59,7 +59,9 @@ def parse_locomo(data: dict[str, Any]) -> ParsedConversation:
         for facts in (conv.get(f"session_{number}_observation") or {}).values():
             for fact in facts:
                 refs = fact[1] if isinstance(fact[1], list) else [fact[1]]
-                observations.append(Observation(str(fact[0]), str(refs[0])))
+                # The session date makes "when" questions answerable from the fact alone.
+                text = f"({when}) {fact[0]}" if when else str(fact[0])
+                observations.append(Observation(text, str(refs[0])))
     title = str(data.get("sample_id", f"{conv['speaker_a']} & {conv['speaker_b']}"))
     return ParsedConversation(title, turns, observations)
 

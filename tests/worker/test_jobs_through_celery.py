@@ -8,13 +8,13 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
+from backend.core.paths import locomo_dir
 from backend.db.models import Fact, FactEncoding
 from backend.db.session import session_scope
 from gpu_runtime.config import RuntimeSettings
@@ -24,7 +24,7 @@ from tests.support import TenantHandle
 
 pytestmark = pytest.mark.broker
 
-LOCOMO = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "conv-30.json"
+LOCOMO = locomo_dir() / "conv-30.json"
 
 
 def _wait_job(
@@ -145,3 +145,36 @@ def test_locomo_conversation_imports_and_gets_encoded(
         headers=tenant.headers,
     ).json()["results"]
     assert len(search) == 5
+
+
+def test_beat_reencodes_facts_without_a_ready_encoding(
+    api: TestClient,
+    make_tenant: Callable[[], TenantHandle],
+    celery_worker_process: subprocess.Popen[bytes],
+) -> None:
+    """A fact written without an encoding job (e.g. before a model or w change) is found by the
+    scheduled re-encode and encoded by the worker."""
+    import numpy as np
+
+    from backend.repositories.memories import FactRepository, UserRepository
+    from worker.tasks import reencode_stale
+
+    tenant = make_tenant()
+    typed = TenantId(tenant.id)
+    with session_scope() as session:
+        user = UserRepository(session, typed).get_or_create("stale")
+        vector = np.zeros(384, dtype=np.float32)
+        vector[0] = 1.0
+        fact = FactRepository(session, typed).add(user, "The user's bike is red.", vector)
+        fact_id = fact.id
+    assert reencode_stale.delay().get(timeout=120) >= 1
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        rows = [r for r in _encodings(tenant) if r.fact_id == fact_id and r.status == "ready"]
+        if rows:
+            break
+        time.sleep(1)
+    else:
+        raise AssertionError("the stale fact was not re-encoded")
+    store = store_named("inferscale", RuntimeSettings().resolved_kv_store_dir)
+    assert store.contains_all(typed, [FactKey.for_fact(typed, str(fact_id), 1, _config())])
