@@ -50,6 +50,10 @@ def build_llm(
         "seed": settings.seed,
         "enforce_eager": settings.enforce_eager,
     }
+    import torch
+
+    if torch.cuda.is_available():
+        args["gpu_memory_utilization"] = settings.gpu_memory_utilization
     args.update(extra_engine_args or {})
     return LLM(**args)
 

@@ -23,6 +23,7 @@ class RopeRotator:
         if rotary_dim > head_size or rotary_dim % 2:
             raise ValueError(f"rotary_dim {rotary_dim} incompatible with head_size {head_size}")
         self.cos_sin_cache = cos_sin_cache.to(torch.float32)  # [max_position, rotary_dim]
+        self._tables: dict[torch.device, torch.Tensor] = {}  # one copy per device, made once
         self.head_size = head_size
         self.rotary_dim = rotary_dim
         self.is_neox_style = is_neox_style
@@ -45,7 +46,9 @@ class RopeRotator:
         if positions.numel() and int(positions.max()) >= self.max_position:
             raise ValueError(f"position {int(positions.max())} beyond {self.max_position}")
         x = keys.to(torch.float32)
-        table = self.cos_sin_cache.to(x.device)
+        table = self._tables.get(x.device)
+        if table is None:
+            table = self._tables.setdefault(x.device, self.cos_sin_cache.to(x.device))
         cos, sin = table.index_select(0, positions.to(x.device).long()).chunk(2, dim=-1)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [n, 1, rotary_dim / 2]
         if inverse:

@@ -58,11 +58,13 @@ class WorkerHalf:
         self.layout = layout
         self.layers: list[str] = []
         self._kv: dict[str, torch.Tensor] = {}
+        self.device = torch.device("cpu")
         self._buffers: dict[tuple[str, FactKey], _CaptureBuffer] = {}
 
     def register(self, kv_caches: dict[str, torch.Tensor], backend: str) -> None:
         self.layers = layer_order(list(kv_caches))
         self._kv = dict(kv_caches)
+        self.device = kv_caches[self.layers[0]].device
         for name in self.layers:
             check_layer(self.layout, kv_caches[name], backend)
 
@@ -87,12 +89,12 @@ class WorkerHalf:
             if kv is None:
                 raise MissingKVError(f"KV for {piece.key} disappeared after it was claimed")
             window = slice(piece.src_offset, piece.src_offset + piece.n)
-            k, source = kv.keys[:, window], kv.positions[window]
+            k, source = kv.keys[:, window].to(self.device), kv.positions[window].cpu()
             target = torch.arange(piece.position, piece.position + piece.n)
             if not torch.equal(source, target):
                 k = self._rerotate(k, source, target)
             keys.append(k)
-            values.append(kv.values[:, window])
+            values.append(kv.values[:, window].to(self.device))
         if sum(p.n for p in load.pieces) != len(load.slots):
             raise MissingKVError("load pieces do not cover the claimed slots")
         return torch.cat(keys, dim=1), torch.cat(values, dim=1)
@@ -124,8 +126,8 @@ class WorkerHalf:
                 slots = torch.tensor(piece.slots, dtype=torch.int64, device=kv_layer.device)
                 k, v = self.layout.read(kv_layer, slots)  # [n, H, D] each
                 rows = slice(piece.dst_offset, piece.dst_offset + piece.n)
-                buffer.keys[layer, rows] = k.to(buffer.keys.device)
-                buffer.values[layer, rows] = v.to(buffer.values.device)
+                buffer.keys[layer, rows] = k
+                buffer.values[layer, rows] = v
                 if layer == 0:
                     buffer.positions[rows] = torch.arange(piece.position, piece.position + piece.n)
                     buffer.filled += piece.n
@@ -136,10 +138,11 @@ class WorkerHalf:
         slot = (request.req_id, key)
         if slot not in self._buffers:
             shape = (len(self.layers), total, like.shape[1], self.layout.geometry.head_size)
+            # On the cache's device: captured KV is served from there (the disk copy is on CPU).
             self._buffers[slot] = _CaptureBuffer(
                 request.tenant,
-                torch.empty(shape, dtype=like.dtype),
-                torch.empty(shape, dtype=like.dtype),
+                torch.empty(shape, dtype=like.dtype, device=like.device),
+                torch.empty(shape, dtype=like.dtype, device=like.device),
                 torch.empty(total, dtype=torch.int64),
             )
         return self._buffers[slot]

@@ -1,0 +1,114 @@
+"""TTFT vs k and throughput vs concurrent users, kv vs prompt, measured side by side."""
+
+from __future__ import annotations
+
+import statistics
+import threading
+import time
+import uuid
+from typing import Any
+
+from gpu_runtime.bench.workload import Workload
+from gpu_runtime.connector.wire import encode_params
+from gpu_runtime.types import cache_salt
+
+MODES = ("kv", "prompt", "prompt_prefix_cache")
+
+
+def _request(w: Workload, mode: str, fact_ids: list[int], salt_tag: str) -> tuple[Any, Any, int]:
+    from vllm.inputs import TokensPrompt
+
+    ids, spans = w.prompt(fact_ids, w.query())
+    params = encode_params(w.tenant, w.config, inject=spans) if mode == "kv" and fact_ids else None
+    if mode == "prompt_prefix_cache":
+        salt = cache_salt(w.tenant, f"prefix-{salt_tag}")  # shared: facts reused across requests
+    else:
+        salt = cache_salt(w.tenant, uuid.uuid4().hex)  # fresh: nothing reused
+    injected = spans[-1].end if params else 0
+    return TokensPrompt(prompt_token_ids=ids, cache_salt=salt), params, injected
+
+
+def _ttft(w: Workload, prompt: Any, params: Any, max_tokens: int = 1) -> tuple[float, float, int]:
+    started = time.perf_counter()
+    first, cached = None, 0
+    for output in w.loop.stream(prompt, w.sampling(max_tokens, params)):
+        if first is None:
+            first = time.perf_counter() - started
+        cached = int(output.num_cached_tokens or 0)
+    total = time.perf_counter() - started
+    assert first is not None
+    return first * 1000, total * 1000, cached
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"median": statistics.median(ordered), "p95": p95, "n": len(ordered)}
+
+
+def ttft_vs_k(w: Workload, ks: list[int], repeats: int, warmup: int = 2) -> list[dict[str, Any]]:
+    rows = []
+    for k in ks:
+        fact_ids = list(range(k))
+        for mode in MODES:
+            samples, cached = [], 0
+            for i in range(warmup + repeats):
+                prompt, params, _ = _request(w, mode, fact_ids, f"k{k}")
+                ttft, _, cached = _ttft(w, prompt, params)
+                if i >= warmup:
+                    samples.append(ttft)
+            prompt_tokens = len(w.prompt(fact_ids, w.query())[0])
+            stats = summary(samples)
+            rows.append(
+                {"k": k, "mode": mode, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+                 "ttft_ms": stats}
+            )  # fmt: skip
+            print(f"ttft k={k:<3} {mode:<20} median {stats['median']:.2f} ms", flush=True)
+    return rows
+
+
+def _concurrently(w: Workload, requests: list[tuple[Any, Any]], max_tokens: int) -> list[float]:
+    """Submit all at once (one thread each, as independent clients); their TTFTs in ms."""
+    ttfts: list[float] = []
+    lock = threading.Lock()
+
+    def one(prompt: Any, params: Any) -> None:
+        ttft, _, _ = _ttft(w, prompt, params, max_tokens)
+        with lock:
+            ttfts.append(ttft)
+
+    threads = [threading.Thread(target=one, args=r) for r in requests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return ttfts
+
+
+def throughput(
+    w: Workload, users: list[int], k: int, max_tokens: int, rounds: int = 1
+) -> list[dict[str, Any]]:
+    """``n`` users at once, each asking with its own k facts; all requests submitted together."""
+    rows = []
+    pool = len(w.facts)
+    for n in users:
+        for mode in ("kv", "prompt"):
+            ttfts: list[float] = []
+            started = time.perf_counter()
+            for _ in range(rounds):
+                requests = []
+                for u in range(n):
+                    fact_ids = sorted({(u * 7 + j) % pool for j in range(k)})
+                    prompt, params, _ = _request(w, mode, fact_ids, f"u{u}")
+                    requests.append((prompt, params))
+                ttfts += _concurrently(w, requests, max_tokens)
+            elapsed = time.perf_counter() - started
+            rows.append(
+                {"users": n, "mode": mode, "k": k, "max_tokens": max_tokens,
+                 "requests_per_s": n * rounds / elapsed, "ttft_ms": summary(ttfts)}
+            )  # fmt: skip
+            print(
+                f"throughput users={n:<3} {mode:<6} {rows[-1]['requests_per_s']:.2f} req/s",
+                flush=True,
+            )
+    return rows

@@ -1,0 +1,102 @@
+"""Markdown tables (always) and PNG plots (where matplotlib is installed) from bench JSON."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def ttft_table(result: dict[str, Any]) -> str:
+    rows = result.get("ttft", [])
+    ks = sorted({r["k"] for r in rows})
+    by = {(r["k"], r["mode"]): r["ttft_ms"] for r in rows}
+    lines = [
+        "| k | prompt tokens | kv median (p95) ms | prompt median (p95) ms "
+        "| prompt+prefix cache ms | prompt / kv | kv / kv(k=0) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    base = by.get((0, "kv"), {}).get("median")
+    for k in ks:
+        kv, pr, pc = by.get((k, "kv")), by.get((k, "prompt")), by.get((k, "prompt_prefix_cache"))
+        if not (kv and pr and pc):
+            continue
+        tokens = next(r["prompt_tokens"] for r in rows if r["k"] == k)
+        rel = f"{kv['median'] / base:.2f}" if base else "-"
+        lines.append(
+            f"| {k} | {tokens} | {kv['median']:.2f} ({kv['p95']:.2f}) | {pr['median']:.2f} "
+            f"({pr['p95']:.2f}) | {pc['median']:.2f} | {pr['median'] / kv['median']:.2f}x | {rel} |"
+        )
+    return "\n".join(lines)
+
+
+def throughput_table(result: dict[str, Any]) -> str:
+    rows = result.get("throughput", [])
+    users = sorted({r["users"] for r in rows})
+    by = {(r["users"], r["mode"]): r for r in rows}
+    lines = [
+        "| users | kv req/s | prompt req/s | kv / prompt | kv TTFT p95 ms | prompt TTFT p95 ms |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in users:
+        kv, pr = by.get((n, "kv")), by.get((n, "prompt"))
+        if not (kv and pr):
+            continue
+        lines.append(
+            f"| {n} | {kv['requests_per_s']:.2f} | {pr['requests_per_s']:.2f} | "
+            f"{kv['requests_per_s'] / pr['requests_per_s']:.2f}x | {kv['ttft_ms']['p95']:.1f} | "
+            f"{pr['ttft_ms']['p95']:.1f} |"
+        )
+    return "\n".join(lines)
+
+
+def write_report(result: dict[str, Any], out: Path) -> None:
+    head = (
+        f"### {result['model']} ({result['load_format']} weights) on {result['device']}, "
+        f"vLLM {result['vllm']}\n\n{result['facts_encoded']} LoCoMo facts "
+        f"(mean {result['mean_fact_tokens']:.1f} tokens) encoded in {result['encode_s']} s.\n"
+    )
+    parts = [head]
+    if "ttft" in result:
+        parts += ["#### TTFT vs k\n", ttft_table(result), ""]
+    if "throughput" in result:
+        parts += ["#### Throughput vs concurrent users\n", throughput_table(result), ""]
+    (out / "bench.md").write_text("\n".join(parts) + "\n")
+    _plots(result, out)
+
+
+def _plots(result: dict[str, Any], out: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return
+    if "ttft" in result:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode in ("kv", "prompt", "prompt_prefix_cache"):
+            rows = sorted((r for r in result["ttft"] if r["mode"] == mode), key=lambda r: r["k"])
+            ax.plot(
+                [r["k"] for r in rows], [r["ttft_ms"]["median"] for r in rows], "o-", label=mode
+            )
+        ax.set(xlabel="facts k", ylabel="TTFT median (ms)", title=f"TTFT vs k: {result['model']}")
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "ttft.png", dpi=120)
+        plt.close(fig)
+    if "throughput" in result:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for mode in ("kv", "prompt"):
+            rows = sorted(
+                (r for r in result["throughput"] if r["mode"] == mode), key=lambda r: r["users"]
+            )
+            ax.plot(
+                [r["users"] for r in rows], [r["requests_per_s"] for r in rows], "o-", label=mode
+            )
+        ax.set(
+            xlabel="concurrent users", ylabel="requests/s", title=f"Throughput: {result['model']}"
+        )
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "throughput.png", dpi=120)
+        plt.close(fig)
