@@ -168,8 +168,10 @@ class FlashLogicalLayout:
         self, kv_layer: torch.Tensor, slots: torch.Tensor, keys: torch.Tensor, values: torch.Tensor
     ) -> None:
         block, offset = self._addresses(slots.to(kv_layer.device))
-        packed = torch.cat((keys, values), dim=-1).to(kv_layer.device, self.geometry.dtype)
-        kv_layer[block, :, offset] = packed  # [n, H, 2*D]
+        d = self.geometry.head_size
+        dtype = self.geometry.dtype
+        kv_layer[block, :, offset, :d] = keys.to(kv_layer.device, dtype)  # [n, H, D]
+        kv_layer[block, :, offset, d:] = values.to(kv_layer.device, dtype)
 
 
 def layout_for(

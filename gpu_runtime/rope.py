@@ -24,6 +24,10 @@ class RopeRotator:
             raise ValueError(f"rotary_dim {rotary_dim} incompatible with head_size {head_size}")
         self.cos_sin_cache = cos_sin_cache.to(torch.float32)  # [max_position, rotary_dim]
         self._tables: dict[torch.device, torch.Tensor] = {}  # one copy per device, made once
+        cos, sin = self.cos_sin_cache[1:2].chunk(2, dim=-1)
+        # Plain rotations (no magnitude scaling such as YaRN's mscale) compose by adding angles,
+        # so moving keys from s to t is one rotation by t - s.
+        self.composes = bool(torch.allclose(cos * cos + sin * sin, torch.ones_like(cos)))
         self.head_size = head_size
         self.rotary_dim = rotary_dim
         self.is_neox_style = is_neox_style
@@ -39,6 +43,20 @@ class RopeRotator:
     def unrotate(self, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """keys [n, heads, head_size] rotated at ``positions`` [n] -> float32 pre-RoPE keys."""
         return self._apply(keys, positions, inverse=True)
+
+    def move(self, keys: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """keys [n, heads, head_size] rotated at ``source`` [n] -> float32, rotated at ``target``.
+
+        One rotation by ``target - source`` (R(0) is exactly the identity, so keys that stay put
+        come back bit for bit); tables that scale magnitudes go through pre-RoPE form instead.
+        """
+        if not self.composes:
+            return self.rotate(self.unrotate(keys, source), target)
+        delta = target.to(torch.int64) - source.to(torch.int64)
+        forward = self._apply(keys, delta.abs(), inverse=False)
+        backward = self._apply(keys, delta.abs(), inverse=True)
+        ahead = (delta >= 0).to(forward.device)[:, None, None]
+        return torch.where(ahead, forward, backward)
 
     def _apply(self, keys: torch.Tensor, positions: torch.Tensor, inverse: bool) -> torch.Tensor:
         if keys.dim() != 3 or keys.shape[-1] != self.head_size:

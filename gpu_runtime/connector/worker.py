@@ -75,29 +75,31 @@ class WorkerHalf:
 
     def _load(self, load: LoadRequest) -> None:
         keys, values = self._gather(load)  # [L, n, H, D] each, keys at their target positions
-        slots = torch.tensor(load.slots, dtype=torch.int64)
+        slots = torch.tensor(load.slots, dtype=torch.int64, device=self.device)
         if load.scrub_blocks:
             self._scrub(load.scrub_blocks)
         for index, name in enumerate(self.layers):
-            kv_layer = self._kv[name]
-            self.layout.write(kv_layer, slots.to(kv_layer.device), keys[index], values[index])
+            self.layout.write(self._kv[name], slots, keys[index], values[index])
 
     def _gather(self, load: LoadRequest) -> tuple[torch.Tensor, torch.Tensor]:
-        keys, values = [], []
+        """All pieces concatenated, then moved to their prompt positions in one rotation."""
+        keys, values, sources = [], [], []
         for piece in load.pieces:
             kv = self.store.get(load.tenant, piece.key)
             if kv is None:
                 raise MissingKVError(f"KV for {piece.key} disappeared after it was claimed")
             window = slice(piece.src_offset, piece.src_offset + piece.n)
-            k, source = kv.keys[:, window].to(self.device), kv.positions[window].cpu()
-            target = torch.arange(piece.position, piece.position + piece.n)
-            if not torch.equal(source, target):
-                k = self._rerotate(k, source, target)
-            keys.append(k)
-            values.append(kv.values[:, window].to(self.device))
+            keys.append(kv.keys[:, window].to(self.device, non_blocking=True))
+            values.append(kv.values[:, window].to(self.device, non_blocking=True))
+            sources.append(kv.positions[window].cpu())
         if sum(p.n for p in load.pieces) != len(load.slots):
             raise MissingKVError("load pieces do not cover the claimed slots")
-        return torch.cat(keys, dim=1), torch.cat(values, dim=1)
+        k, v = torch.cat(keys, dim=1), torch.cat(values, dim=1)  # [L, n, H, D]
+        source = torch.cat(sources)
+        target = torch.cat([torch.arange(p.position, p.position + p.n) for p in load.pieces])
+        if not torch.equal(source, target):
+            k = self._rerotate(k, source, target)
+        return k, v
 
     def _rerotate(
         self, keys: torch.Tensor, source: torch.Tensor, target: torch.Tensor
@@ -105,8 +107,7 @@ class WorkerHalf:
         """Chunked RoPE: keys [L, n, H, D] rotated at ``source`` [n] -> at ``target`` [n]."""
         n_layers = keys.shape[0]
         flat = keys.flatten(0, 1)  # [L*n, H, D]: one rotation call for every layer
-        pre = self.rotator.unrotate(flat, source.repeat(n_layers))
-        moved = self.rotator.rotate(pre, target.repeat(n_layers))
+        moved = self.rotator.move(flat, source.repeat(n_layers), target.repeat(n_layers))
         return moved.to(keys.dtype).view_as(keys)
 
     def _scrub(self, blocks: tuple[int, ...]) -> None:

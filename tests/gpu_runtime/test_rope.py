@@ -67,3 +67,28 @@ def test_rejects_bad_shapes_and_positions() -> None:
         rot.rotate(torch.zeros(2, 16), torch.tensor([0, 1]))
     with pytest.raises(ValueError, match="beyond"):
         rot.rotate(torch.zeros(1, 1, 16), torch.tensor([8]))
+
+
+@pytest.mark.parametrize("neox", [True, False])
+def test_move_is_one_rotation_by_the_position_change(neox: bool) -> None:
+    torch.manual_seed(2)
+    rot = RopeRotator(table(256, 16), head_size=16, rotary_dim=16, is_neox_style=neox)
+    assert rot.composes
+    keys = torch.randn(6, 2, 16)
+    source = torch.tensor([10, 10, 40, 200, 7, 0])
+    target = torch.tensor([30, 10, 5, 100, 7, 255])
+    placed = rot.rotate(keys, source)
+    moved = rot.move(placed, source, target)
+    torch.testing.assert_close(moved, rot.rotate(keys, target), rtol=1e-5, atol=1e-5)
+    assert torch.equal(moved[1], placed[1]) and torch.equal(moved[4], placed[4])  # exact when put
+
+
+def test_scaled_tables_move_through_pre_rope_form() -> None:
+    scaled = table(64, 16) * 1.2  # a YaRN-like magnitude factor
+    rot = RopeRotator(scaled, head_size=16, rotary_dim=16, is_neox_style=True)
+    assert not rot.composes
+    keys = torch.randn(3, 1, 16)
+    src, dst = torch.tensor([1, 2, 3]), torch.tensor([9, 8, 7])
+    torch.testing.assert_close(
+        rot.move(keys, src, dst), rot.rotate(rot.unrotate(keys, src), dst), rtol=1e-6, atol=1e-6
+    )
