@@ -59,6 +59,11 @@ def run_platform_demo(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:1] == ["bench"]:  # its own parser: ``inferscale bench --help``
+        from gpu_runtime.bench.__main__ import main as bench
+
+        return bench(args_in[1:])
     parser = argparse.ArgumentParser(prog="inferscale")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the platform end to end on the embedded defaults")
@@ -70,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     platform.add_argument("--api", default="http://127.0.0.1:8000")
     platform.add_argument("--questions", type=int, default=3)
     platform.set_defaults(func=run_platform_demo)
-    args = parser.parse_args(argv)
+    sub.add_parser("bench", help="TTFT / throughput benchmarks (see `inferscale bench --help`)")
+    args = parser.parse_args(args_in)
     result: int = args.func(args)
     return result
 

@@ -9,7 +9,7 @@ from fastapi import FastAPI, Request, Response
 from backend.api.errors import install_error_handlers
 from backend.api.metrics import HTTP_REQUESTS
 from backend.api.resources import Resources
-from backend.api.routes import admin, chat, conversations, health, jobs, memories
+from backend.api.routes import admin, chat, conversations, health, jobs, memories, overview
 from backend.core.config import Settings, get_settings
 from backend.engine_client import EngineClient, InProcessEngineClient
 from gpu_runtime.config import RuntimeSettings
@@ -26,7 +26,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
         settings=settings, engine=engine or InProcessEngineClient(RuntimeSettings())
     )
     install_error_handlers(app)
-    for module in (health, admin, memories, conversations, chat, jobs):
+    for module in (health, admin, overview, memories, conversations, chat, jobs):
         app.include_router(module.router)
 
     @app.middleware("http")

@@ -48,7 +48,15 @@ class Workload:
     rng: random.Random
 
     @classmethod
-    def build(cls, llm: Any, texts: list[str], tokenize: Any, seed: int = 0) -> Workload:
+    def build(
+        cls,
+        llm: Any,
+        texts: list[str],
+        tokenize: Any,
+        seed: int = 0,
+        loop: EngineLoop | None = None,
+    ) -> Workload:
+        """``loop``: the engine's existing loop, if it has one (one loop may step an engine)."""
         vocab = int(llm.llm_engine.vllm_config.model_config.get_vocab_size())
 
         def ids(text: str) -> list[int]:
@@ -61,7 +69,7 @@ class Workload:
         keys = [FactKey.for_fact(tenant, f"f{i}", 1, config) for i in range(len(facts))]
         pre_key = FactKey.preamble(tenant, tuple(preamble), config)
         return cls(
-            llm, EngineLoop(llm), tenant, config, preamble, facts, keys, pre_key, vocab,
+            llm, loop or EngineLoop(llm), tenant, config, preamble, facts, keys, pre_key, vocab,
             random.Random(seed),
         )  # fmt: skip
 
