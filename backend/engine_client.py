@@ -15,7 +15,8 @@ from typing import Protocol
 from gpu_runtime.composer import ComposedPrompt, FactText
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.runtime import FactToEncode, InjectionRuntime, Mode, StreamEvent
-from gpu_runtime.store.memory import InMemoryKVStore, store_named
+from gpu_runtime.store.base import KVStore
+from gpu_runtime.store.memory import PoolBudget, store_named
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 STORE_NAME = "inferscale"
@@ -63,11 +64,15 @@ class InProcessEngineClient:
         self._lock = threading.Lock()
         self._runtime: InjectionRuntime | None = runtime
 
+    def budget(self) -> PoolBudget:
+        s = self.settings
+        return PoolBudget(s.gpu_pool_bytes, s.host_pool_bytes, s.pool_slab_bytes)
+
     @property
-    def store(self) -> InMemoryKVStore:
+    def store(self) -> KVStore:
         if self._runtime is not None:
             return self._runtime.store
-        return store_named(STORE_NAME, self.settings.resolved_kv_store_dir)
+        return store_named(STORE_NAME, self.settings.resolved_kv_store_dir, self.budget())
 
     @property
     def runtime(self) -> InjectionRuntime:
@@ -77,6 +82,7 @@ class InProcessEngineClient:
                     self.settings,
                     store_name=STORE_NAME,
                     disk_root=str(self.settings.resolved_kv_store_dir),
+                    pool=self.budget(),
                 )
             return self._runtime
 

@@ -28,8 +28,9 @@ class RuntimeSettings(BaseSettings):
     enforce_eager: bool = True  # CPU: no graphs; GPU deployments flip this off
     window_turns: int = Field(default=5, ge=0, le=64)  # w: turns of context a fact is encoded after
     encoding_version: int = Field(default=1, ge=1)
-    gpu_pool_bytes: int = 1 << 30
-    host_pool_bytes: int = 4 << 30
+    gpu_pool_bytes: int = 1 << 30  # tiered KV pool: GPU slab arena (plain memory on CPU)
+    host_pool_bytes: int = 4 << 30  # pinned host DRAM behind it; disk holds everything
+    pool_slab_bytes: int = 1 << 18
     seed: int = 0
     kv_store_dir: Path | None = None  # default: <home>/kv (durable fact KV, shared by processes)
 

@@ -14,6 +14,8 @@ from gpu_runtime.model_assets import is_prepared
 if TYPE_CHECKING:
     from vllm import LLM
 
+    from gpu_runtime.store.memory import PoolBudget
+
 
 def configure_vllm_environment(settings: RuntimeSettings) -> None:
     """Environment vLLM reads at import/start; set before the first ``import vllm``."""
@@ -74,6 +76,7 @@ def build_injection_llm(
     *,
     store_name: str = "default",
     disk_root: str | None = None,
+    pool: PoolBudget | None = None,
     scrub_blocks: bool = False,
     model: str | None = None,
     extra_engine_args: dict[str, Any] | None = None,
@@ -97,6 +100,9 @@ def build_injection_llm(
             "store": store_name,
             "disk_root": disk_root,
             "scrub_blocks": scrub_blocks,
+            "gpu_pool_bytes": pool.gpu_bytes if pool else 0,
+            "host_pool_bytes": pool.host_bytes if pool else 0,
+            "slab_bytes": pool.slab_bytes if pool else 0,
         },
     )
     args: dict[str, Any] = {

@@ -18,7 +18,8 @@ from gpu_runtime.connector.wire import encode_params
 from gpu_runtime.engine import build_injection_llm
 from gpu_runtime.errors import RuntimeErrorBase
 from gpu_runtime.serving import EngineLoop
-from gpu_runtime.store.memory import InMemoryKVStore, store_named
+from gpu_runtime.store.base import KVStore
+from gpu_runtime.store.memory import PoolBudget, store_named
 from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
 
 if TYPE_CHECKING:
@@ -66,9 +67,7 @@ class Completion:
 
 
 class InjectionRuntime:
-    def __init__(
-        self, llm: LLM, store: InMemoryKVStore, composer: PromptComposer, model_name: str
-    ) -> None:
+    def __init__(self, llm: LLM, store: KVStore, composer: PromptComposer, model_name: str) -> None:
         self.llm = llm
         self.loop = EngineLoop(llm)
         self.store = store
@@ -82,15 +81,17 @@ class InjectionRuntime:
         *,
         store_name: str = "default",
         disk_root: str | None = None,
+        pool: PoolBudget | None = None,
         scrub_blocks: bool = False,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
         engine_args: dict[str, Any] | None = None,
     ) -> InjectionRuntime:
-        store = store_named(store_name, disk_root)  # before the engine: this process decides
+        store = store_named(store_name, disk_root, pool)  # before the engine: this process decides
         llm = build_injection_llm(
             settings,
             store_name=store_name,
             disk_root=disk_root,
+            pool=pool,
             scrub_blocks=scrub_blocks,
             extra_engine_args=engine_args,
         )

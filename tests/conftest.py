@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.support import ADMIN, TenantHandle
+from tests.support import ADMIN, TenantHandle, small_pool
 
 REPO = Path(__file__).resolve().parents[1]
 ADMIN_DATABASE_URL = os.environ.get(
@@ -33,6 +33,11 @@ os.environ["INFERSCALE_ENV"] = "test"
 os.environ["DATABASE_URL"] = f"{_BASE}/{SESSION_DB}"
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
 os.environ["INFERSCALE_KV_STORE_DIR"] = tempfile.mkdtemp(prefix="inferscale-test-kv-")
+# A KV pool far below what the engine tests encode (~23 KiB of SmolLM2 KV per token): engine
+# tests inject facts that were evicted to host DRAM or disk and loaded back.
+os.environ["INFERSCALE_GPU_POOL_BYTES"] = str(2 << 20)
+os.environ["INFERSCALE_HOST_POOL_BYTES"] = str(6 << 20)
+os.environ["INFERSCALE_POOL_SLAB_BYTES"] = str(64 << 10)
 os.environ.setdefault("INFERSCALE_ADMIN_KEY", "test-admin-key")
 
 
@@ -134,12 +139,17 @@ def runtime() -> Iterator[Any]:
 
     torch.set_num_threads(1)
     settings = RuntimeSettings()
-    yield InjectionRuntime.start(
+    rt = InjectionRuntime.start(
         settings,
         store_name=STORE_NAME,
         disk_root=str(settings.resolved_kv_store_dir),
+        pool=small_pool(),
         scrub_blocks=True,
     )
+    from gpu_runtime.pool.tensors import TieredKVPool
+
+    assert isinstance(rt.store, TieredKVPool), "engine tests must run through the tiered pool"
+    yield rt
 
 
 @pytest.fixture(scope="session")

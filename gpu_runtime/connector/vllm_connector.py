@@ -27,7 +27,7 @@ from gpu_runtime.connector.worker import WorkerHalf
 from gpu_runtime.errors import UnsupportedLayoutError
 from gpu_runtime.layouts import CacheGeometry, layout_for
 from gpu_runtime.rope import RopeRotator
-from gpu_runtime.store.memory import store_named
+from gpu_runtime.store.memory import PoolBudget, store_named
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -110,7 +110,16 @@ class InferScaleConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
         extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
-        self._store = store_named(str(extra.get("store", "default")), extra.get("disk_root"))
+        budget = None
+        if extra.get("gpu_pool_bytes"):
+            budget = PoolBudget(
+                int(extra["gpu_pool_bytes"]),
+                int(extra.get("host_pool_bytes", 0)),
+                int(extra.get("slab_bytes", 1 << 18)),
+            )
+        self._store = store_named(
+            str(extra.get("store", "default")), extra.get("disk_root"), budget
+        )
         self._scheduler: SchedulerHalf | None = None
         self._worker: WorkerHalf | None = None
         if role == KVConnectorRole.SCHEDULER:

@@ -18,8 +18,8 @@ from gpu_runtime.connector.metadata import CaptureRequest, InjectionMetadata, Lo
 from gpu_runtime.errors import RuntimeErrorBase
 from gpu_runtime.layouts import PagedKVLayout, check_layer
 from gpu_runtime.rope import RopeRotator
+from gpu_runtime.store.base import KVStore
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.memory import InMemoryKVStore
 from gpu_runtime.types import FactKey, TenantId
 
 _LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
@@ -52,7 +52,7 @@ class _CaptureBuffer:
 
 
 class WorkerHalf:
-    def __init__(self, store: InMemoryKVStore, rotator: RopeRotator, layout: PagedKVLayout) -> None:
+    def __init__(self, store: KVStore, rotator: RopeRotator, layout: PagedKVLayout) -> None:
         self.store = store
         self.rotator = rotator
         self.layout = layout
@@ -65,6 +65,9 @@ class WorkerHalf:
         self.layers = layer_order(list(kv_caches))
         self._kv = dict(kv_caches)
         self.device = kv_caches[self.layers[0]].device
+        bind = getattr(self.store, "bind_device", None)
+        if bind is not None:  # the tiered pool puts its GPU arena next to the cache
+            bind(self.device)
         for name in self.layers:
             check_layer(self.layout, kv_caches[name], backend)
 

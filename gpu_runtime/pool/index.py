@@ -131,6 +131,7 @@ class ResidencyIndex:
     ) -> None:
         self._lock = threading.Lock()
         self._tick = 0
+        self._slab_bytes = slab_bytes
         self._pools = {
             Tier.GPU: SlabAllocator(gpu_budget_bytes, slab_bytes),
             Tier.HOST: SlabAllocator(host_budget_bytes, slab_bytes),
@@ -145,6 +146,9 @@ class ResidencyIndex:
         self._counters: Counter[tuple[TenantId, str]] = Counter()
 
     # -- public API ------------------------------------------------------------------------------
+
+    def slab_bytes_per_slab(self) -> int:
+        return self._slab_bytes
 
     def admit(self, tenant: TenantId, key: FactKey, nbytes: int) -> Placement:
         """Places a new entry on the fastest tier with room; re-admitting a key is idempotent."""

@@ -9,15 +9,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
+from gpu_runtime.pool.index import TenantMismatchError
+from gpu_runtime.store.base import KVStore
 from gpu_runtime.store.disk import DiskKVStore
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.types import FactKey, TenantId
-
-
-class TenantMismatchError(ValueError):
-    """A key of one tenant was used under another tenant's name."""
 
 
 def _check(tenant: TenantId, key: FactKey) -> None:
@@ -81,15 +80,40 @@ class InMemoryKVStore:
         return sorted(held)
 
 
-_STORES: dict[str, InMemoryKVStore] = {}
+@dataclass(frozen=True)
+class PoolBudget:
+    gpu_bytes: int
+    host_bytes: int
+    slab_bytes: int
+    tenant_gpu_quota_bytes: int | None = None
+
+
+_STORES: dict[str, KVStore] = {}
 _STORES_LOCK = threading.Lock()
 
 
-def store_named(name: str, disk_root: Path | str | None = None) -> InMemoryKVStore:
+def store_named(
+    name: str, disk_root: Path | str | None = None, budget: PoolBudget | None = None
+) -> KVStore:
     """The process's store of that name: the engine's connector halves and the runtime meet
-    here. The first caller decides whether it is backed by ``disk_root``."""
+    here. The first caller decides what backs it: with a disk root and a budget, the tiered pool
+    (GPU slabs -> pinned host -> disk); with a disk root only, memory backed by disk."""
     with _STORES_LOCK:
         if name not in _STORES:
-            disk = DiskKVStore(Path(disk_root)) if disk_root else None
-            _STORES[name] = InMemoryKVStore(disk)
+            if disk_root and budget is not None:
+                from gpu_runtime.pool.tensors import TieredKVPool
+
+                _STORES[name] = TieredKVPool.create(
+                    Path(disk_root),
+                    budget.gpu_bytes,
+                    budget.host_bytes,
+                    budget.slab_bytes,
+                    budget.tenant_gpu_quota_bytes,
+                )
+            else:
+                disk = DiskKVStore(Path(disk_root)) if disk_root else None
+                _STORES[name] = InMemoryKVStore(disk)
         return _STORES[name]
+
+
+__all__ = ["InMemoryKVStore", "PoolBudget", "TenantMismatchError", "store_named"]

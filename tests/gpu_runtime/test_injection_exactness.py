@@ -188,3 +188,32 @@ def _to_encode(fact: FactText):  # type: ignore[no-untyped-def]
     from gpu_runtime.runtime import FactToEncode
 
     return FactToEncode(fact.key, fact.text)
+
+
+def test_exact_injection_when_facts_spill_out_of_the_gpu_tier(runtime: InjectionRuntime) -> None:
+    """More facts than the GPU-tier budget holds: they come back from host DRAM and disk and the
+    injected run still equals vLLM's own reuse of the prefilled KV, bit for bit."""
+    from gpu_runtime.pool.tensors import TieredKVPool
+
+    pool = runtime.store
+    assert isinstance(pool, TieredKVPool)
+    tenant, config = _tenant(), runtime.config(window=0)
+    block = _block_size(runtime)
+    ids, spans = _prompt(runtime, tenant, config, segment_len=2 * block)
+    segment_bytes = spans[-1].end * 30 * 3 * 64 * 2 * 2  # layers x kv heads x dims x K,V x bf16
+    assert segment_bytes > pool.index.stats()["gpu_capacity_bytes"]
+    plain_salt = cache_salt(tenant, "spill")
+    _run(runtime, ids, plain_salt, encode_params(tenant, config, capture=spans))
+    reused = _run(runtime, ids, plain_salt, None)
+    before = pool.stats(tenant)
+    injected = _run(
+        runtime,
+        ids,
+        cache_salt(tenant, config.fingerprint()),
+        encode_params(tenant, config, inject=spans),
+    )
+    after = pool.stats(tenant)
+    assert injected.num_cached_tokens == 2 * block
+    assert injected.top_logprobs == reused.top_logprobs and injected.token_ids == reused.token_ids
+    assert after["host_hits"] + after["disk_hits"] > before["host_hits"] + before["disk_hits"]
+    assert pool.index.stats()["evictions"] > 0

@@ -18,9 +18,8 @@ from backend.core.paths import locomo_dir
 from backend.db.models import Fact, FactEncoding
 from backend.db.session import session_scope
 from gpu_runtime.config import RuntimeSettings
-from gpu_runtime.store.memory import store_named
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
-from tests.support import TenantHandle
+from tests.support import TenantHandle, kv_store
 
 pytestmark = pytest.mark.broker
 
@@ -76,7 +75,7 @@ def test_encode_job_is_idempotent_on_redelivery(
     assert (
         len(rows) == 2 and {r.status for r in rows} == {"ready"} and all(r.nbytes > 0 for r in rows)
     )
-    store = store_named("inferscale", RuntimeSettings().resolved_kv_store_dir)
+    store = kv_store()
     typed, ids = TenantId(tenant.id), [m["id"] for m in created["results"]]
     keys = [FactKey.for_fact(typed, str(i), 1, _config()) for i in ids]
     assert store.contains_all(typed, keys)
@@ -134,7 +133,7 @@ def test_locomo_conversation_imports_and_gets_encoded(
     with session_scope() as session:
         total = session.scalar(select(func.count()).where(Fact.tenant_id == uuid.UUID(tenant.id)))
     assert total == len(fact_ids)
-    store = store_named("inferscale", RuntimeSettings().resolved_kv_store_dir)
+    store = kv_store()
     typed = TenantId(tenant.id)
     assert store.contains_all(
         typed, [FactKey.for_fact(typed, str(i), 1, _config()) for i in fact_ids]
@@ -176,5 +175,5 @@ def test_beat_reencodes_facts_without_a_ready_encoding(
         time.sleep(1)
     else:
         raise AssertionError("the stale fact was not re-encoded")
-    store = store_named("inferscale", RuntimeSettings().resolved_kv_store_dir)
+    store = kv_store()
     assert store.contains_all(typed, [FactKey.for_fact(typed, str(fact_id), 1, _config())])

@@ -12,9 +12,8 @@ from fastapi.testclient import TestClient
 
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.memory import store_named
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
-from tests.support import TenantHandle
+from tests.support import TenantHandle, kv_store
 
 pytestmark = pytest.mark.db
 
@@ -129,7 +128,7 @@ def test_deleted_fact_vanishes_from_search_and_kv_store(
     doomed = _add(api, tenant, user, "The user's locker code is 4417.")
     # Its KV, as an encoding job leaves it: in the shared store, on disk.
     settings = RuntimeSettings()
-    store = store_named("inferscale", settings.resolved_kv_store_dir)
+    store = kv_store()
     typed = TenantId(tenant.id)
     config = EncodingConfig(settings.model_name, settings.window_turns, settings.encoding_version)
     key = FactKey.for_fact(typed, str(doomed["id"]), 1, config)

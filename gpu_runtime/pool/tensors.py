@@ -1,0 +1,221 @@
+"""Worker-side tensors of the tiered KV pool: a GPU slab arena, a pinned host arena, disk.
+
+``TieredKVPool`` is the store the connector uses when KV budgets are configured. Where each fact
+lives is decided by the torch-free ``ResidencyIndex``; this module only applies its decisions:
+it packs a fact's KV into byte slabs, copies slabs between tiers in the order the index reports
+(on a side stream on CUDA, so eviction copies overlap compute), and reads facts back. Every
+fact is also on disk, so a miss in memory reloads it and a restart serves without re-encoding.
+On a CPU-only machine the "GPU" arena is plain memory and the same code paths run.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from gpu_runtime.pool.index import Move, ResidencyIndex, Tier
+from gpu_runtime.pool.metrics import PoolMetrics
+from gpu_runtime.store.disk import DiskKVStore
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.types import FactKey, TenantId
+
+
+@dataclass(frozen=True)
+class _Packing:
+    """How a FactKV's tensors sit in its byte blob: keys, then values, then positions."""
+
+    shape: tuple[int, ...]  # [layers, n, heads, head_dim]
+    dtype: torch.dtype
+    checksum: str
+
+    @property
+    def kv_bytes(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * torch.tensor([], dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.kv_bytes + self.shape[1] * 8
+
+
+def _pack(kv: FactKV) -> tuple[torch.Tensor, _Packing]:
+    packing = _Packing(tuple(kv.keys.shape), kv.keys.dtype, kv.checksum)
+    blob = torch.cat(
+        [t.contiguous().view(torch.uint8).flatten().to(kv.keys.device) for t in
+         (kv.keys, kv.values, kv.positions.to(kv.keys.device))]
+    )  # fmt: skip
+    return blob, packing
+
+
+def _unpack(blob: torch.Tensor, packing: _Packing) -> FactKV:
+    size = packing.kv_bytes
+    keys = blob[:size].view(packing.dtype).view(packing.shape)
+    values = blob[size : 2 * size].view(packing.dtype).view(packing.shape)
+    positions = blob[2 * size : packing.nbytes].view(torch.int64).cpu()
+    return FactKV(keys, values, positions, packing.checksum)
+
+
+class SlabArena:
+    """``n_slabs`` rows of ``slab_bytes``, allocated on first use on the pool's device."""
+
+    def __init__(self, n_slabs: int, slab_bytes: int, device: torch.device, pinned: bool) -> None:
+        self.slab_bytes = slab_bytes
+        self.data = torch.empty(
+            (max(n_slabs, 1), slab_bytes), dtype=torch.uint8, device=device, pin_memory=pinned
+        )  # [slabs, slab_bytes]
+
+    def write(self, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
+        rows = torch.zeros(len(slabs) * self.slab_bytes, dtype=torch.uint8, device=blob.device)
+        rows[: blob.numel()] = blob
+        index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
+        self.data[index] = rows.view(len(slabs), self.slab_bytes).to(
+            self.data.device, non_blocking=True
+        )
+
+    def read(self, slabs: tuple[int, ...], nbytes: int) -> torch.Tensor:
+        index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
+        return self.data[index].flatten()[:nbytes]  # [nbytes] uint8
+
+
+class TieredKVPool:
+    """The connector's KV store with GPU and host budgets; same interface as InMemoryKVStore."""
+
+    def __init__(
+        self, index: ResidencyIndex, disk: DiskKVStore, gpu_slabs: int, host_slabs: int
+    ) -> None:
+        self.index = index
+        self.slab_bytes = index.slab_bytes_per_slab()
+        self.disk = disk
+        self._gpu_slabs, self._host_slabs = gpu_slabs, host_slabs
+        self._lock = threading.RLock()
+        self._packings: dict[FactKey, _Packing] = {}
+        self._arenas: dict[Tier, SlabArena] = {}
+        self.device = torch.device("cpu")
+        self.metrics = PoolMetrics()
+        self._stream: torch.cuda.Stream | None = None
+
+    @classmethod
+    def create(
+        cls, disk_root: Path, gpu_bytes: int, host_bytes: int, slab_bytes: int,
+        tenant_gpu_quota: int | None = None,
+    ) -> TieredKVPool:  # fmt: skip
+        index = ResidencyIndex(gpu_bytes, host_bytes, slab_bytes, tenant_gpu_quota)
+        return cls(index, DiskKVStore(disk_root), gpu_bytes // slab_bytes, host_bytes // slab_bytes)
+
+    def bind_device(self, device: torch.device) -> None:
+        """Called by the worker once it knows where the KV cache lives."""
+        with self._lock:
+            self.device = device
+
+    def _arena(self, tier: Tier) -> SlabArena:
+        if tier not in self._arenas:
+            slab = self.slab_bytes
+            if tier is Tier.GPU:
+                self._arenas[tier] = SlabArena(self._gpu_slabs, slab, self.device, pinned=False)
+            else:
+                pinned = self.device.type == "cuda"
+                self._arenas[tier] = SlabArena(self._host_slabs, slab, torch.device("cpu"), pinned)
+        return self._arenas[tier]
+
+    def _apply(self, moves: list[Move] | tuple[Move, ...]) -> None:
+        """In the order given: a later move may reuse slabs an earlier one vacated."""
+        for move in moves:
+            if move.dst_tier is Tier.DISK:
+                self.metrics.eviction(move.key.tenant, move.src_tier)
+                continue  # the durable copy is already on disk
+            packing = self._packings.get(move.key)
+            if move.src_tier is Tier.DISK or packing is None:
+                kv = self.disk.get(move.key)
+                if kv is None:
+                    continue
+                blob, packing = _pack(kv)
+                self._packings[move.key] = packing
+            else:
+                blob = self._arena(move.src_tier).read(move.src_slabs, packing.nbytes)
+                if move.src_tier is Tier.GPU:
+                    self.metrics.eviction(move.key.tenant, Tier.GPU)
+            self._copy(move.dst_tier, move.dst_slabs, blob)
+
+    def _copy(self, tier: Tier, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
+        if self.device.type == "cuda":
+            if self._stream is None:
+                self._stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(self._stream):  # evictions and loads off the compute stream
+                self._arena(tier).write(slabs, blob)
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
+        else:
+            self._arena(tier).write(slabs, blob)
+
+    # ---- store interface -----------------------------------------------------------------
+    def put(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
+        self.disk.put(key, kv)
+        # The arenas are made and written inside vLLM's inference mode (engine steps); callers
+        # outside it (the runtime, tests) must touch them the same way.
+        with self._lock, torch.inference_mode():
+            blob, packing = _pack(kv)
+            placement = self.index.admit(tenant, key, packing.nbytes)
+            self._apply(placement.moves)
+            self._packings[key] = packing
+            if placement.tier is not Tier.DISK:
+                self._copy(placement.tier, placement.slabs, blob)
+
+    def get(self, tenant: TenantId, key: FactKey) -> FactKV | None:
+        started = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            entry = self.index.lookup_for_use(tenant, key)
+            if entry is None:
+                kv = self.disk.get(key)  # a restart or another process: reload, re-admit
+                if kv is None:
+                    self.metrics.miss(tenant)
+                    return None
+                self.put(tenant, key, kv)
+                entry = self.index.lookup(tenant, key)
+                assert entry is not None
+            found_on = entry.tier
+            self._apply(self.index.pin(tenant, [key]))  # promote while in use
+            try:
+                entry = self.index.lookup(tenant, key)
+                assert entry is not None
+                packing = self._packings[key]
+                if entry.tier is Tier.DISK:
+                    kv = self.disk.get(key)
+                else:
+                    kv = _unpack(self._arena(entry.tier).read(entry.slabs, packing.nbytes), packing)
+            finally:
+                for freed in self.index.unpin(tenant, [key]):
+                    self._packings.pop(freed.key, None)
+        self.metrics.hit(tenant, found_on, time.perf_counter() - started)
+        return kv
+
+    def contains_all(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool:
+        return all(
+            self.index.lookup(tenant, key) is not None or self.disk.exists(key) for key in keys
+        )
+
+    def delete(self, tenant: TenantId, key: FactKey) -> bool:
+        with self._lock:
+            held = self.index.remove(tenant, key) is not None
+            self._packings.pop(key, None)
+        return self.disk.delete(key) or held
+
+    def delete_tenant(self, tenant: TenantId) -> None:
+        with self._lock:
+            for entry in self.index.remove_tenant(tenant):
+                self._packings.pop(entry.key, None)
+        self.disk.delete_tenant(tenant)
+
+    def keys(self, tenant: TenantId) -> list[FactKey]:
+        return sorted(set(self.index.keys(tenant)) | set(self.disk.keys(tenant)))
+
+    def stats(self, tenant: TenantId | None = None) -> dict[str, int]:
+        stats = self.index.stats(tenant)
+        self.metrics.publish(tenant, stats)
+        return stats

@@ -1,0 +1,84 @@
+"""Tiered pool tensors on CPU (the 'GPU' arena is plain memory): eviction and reload are
+bit-identical, deletion reaches every tier, a restart serves from disk."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.tensors import TieredKVPool
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+
+pytestmark = pytest.mark.unit
+
+CFG = EncodingConfig("m", 0, 1)
+T, U = TenantId("t"), TenantId("u")
+SLAB = 1024
+
+
+def kv(seed: int) -> FactKV:  # 2 layers x 6 tokens x 2 heads x 8 dims bf16: 768 B + 48 B
+    g = torch.Generator().manual_seed(seed)
+    return FactKV.build(
+        torch.randn(2, 6, 2, 8, generator=g).bfloat16(),
+        torch.randn(2, 6, 2, 8, generator=g).bfloat16(),
+        torch.arange(6) + seed,
+    )
+
+
+def same(a: FactKV | None, b: FactKV) -> bool:
+    return (
+        a is not None
+        and torch.equal(a.keys, b.keys)
+        and torch.equal(a.values, b.values)
+        and torch.equal(a.positions, b.positions)
+        and a.verify()
+    )
+
+
+def pool(tmp_path: Path, gpu_slabs: int = 2, host_slabs: int = 2) -> TieredKVPool:
+    return TieredKVPool.create(tmp_path, gpu_slabs * SLAB, host_slabs * SLAB, SLAB)
+
+
+def test_eviction_chain_and_reload_are_bit_identical(tmp_path: Path) -> None:
+    p = pool(tmp_path)
+    items = {FactKey.for_fact(T, f"f{i}", 1, CFG): kv(i) for i in range(6)}
+    for key, value in items.items():
+        p.put(T, key, value)
+    stats = p.stats(T)
+    assert stats["gpu_entries"] == 2 and stats["host_entries"] == 2 and stats["disk_entries"] == 2
+    assert stats["evictions"] >= 4
+    for key, value in items.items():  # every tier serves the exact bytes back
+        assert same(p.get(T, key), value)
+    last = list(items)[-1]
+    assert same(p.get(T, last), items[last])  # just promoted: now served from the GPU arena
+    stats = p.stats(T)
+    assert stats["gpu_hits"] >= 1 and stats["disk_hits"] + stats["host_hits"] >= 1
+
+
+def test_deletion_reaches_every_tier(tmp_path: Path) -> None:
+    p = pool(tmp_path, gpu_slabs=1, host_slabs=1)
+    keys = [FactKey.for_fact(T, f"f{i}", 1, CFG) for i in range(3)]
+    for i, key in enumerate(keys):
+        p.put(T, key, kv(i))
+    tiers = {p.index.lookup(T, k).tier for k in keys}  # type: ignore[union-attr]
+    assert tiers == {Tier.GPU, Tier.HOST, Tier.DISK}
+    for key in keys:
+        assert p.delete(T, key)
+        assert p.get(T, key) is None and not p.disk.exists(key)
+    assert p.keys(T) == [] and p.stats(T)["entries"] == 0
+
+
+def test_restart_serves_from_disk_and_tenants_stay_apart(tmp_path: Path) -> None:
+    first = pool(tmp_path)
+    kt, ku = FactKey.for_fact(T, "f", 1, CFG), FactKey.for_fact(U, "f", 1, CFG)
+    first.put(T, kt, kv(1))
+    first.put(U, ku, kv(2))
+    restarted = pool(tmp_path)
+    assert restarted.contains_all(T, [kt]) and restarted.keys(T) == [kt]
+    assert same(restarted.get(T, kt), kv(1)) and same(restarted.get(U, ku), kv(2))
+    restarted.delete_tenant(U)
+    assert restarted.get(U, ku) is None and same(restarted.get(T, kt), kv(1))
