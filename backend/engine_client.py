@@ -107,11 +107,17 @@ class InProcessEngineClient:
         return self.store.contains_all(tenant, keys)
 
     def purge(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
-        for key in keys:
-            self.store.delete(tenant, key)
+        """Every tier, and this process's prefix cache, before the delete is acknowledged."""
+        if self._runtime is not None:
+            self._runtime.purge(tenant, keys)
+        else:  # no engine here: no prefix cache to invalidate, the store is shared on disk
+            for key in keys:
+                self.store.delete(tenant, key)
 
     def purge_tenant(self, tenant: TenantId) -> None:
         self.store.delete_tenant(tenant)
+        if self._runtime is not None:
+            self._runtime.invalidate_prefix_cache(tenant)
 
     def compose(
         self,

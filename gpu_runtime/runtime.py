@@ -70,6 +70,7 @@ class InjectionRuntime:
     def __init__(self, llm: LLM, store: KVStore, composer: PromptComposer, model_name: str) -> None:
         self.llm = llm
         self.loop = EngineLoop(llm)
+        self._epochs: dict[TenantId, int] = {}
         self.store = store
         self.composer = composer
         self.model_name = model_name
@@ -160,8 +161,11 @@ class InjectionRuntime:
         if mode is Mode.KV:
             self.ensure_preamble(tenant, prompt)
             params = encode_params(tenant, config, inject=prompt.segment.spans)
-            return params, cache_salt(tenant, config.fingerprint())
-        return None, cache_salt(tenant, "prompt")
+            return params, cache_salt(tenant, f"{config.fingerprint()}|{self._epoch(tenant)}")
+        return None, cache_salt(tenant, f"prompt|{self._epoch(tenant)}")
+
+    def _epoch(self, tenant: TenantId) -> str:
+        return f"e{self._epochs.get(tenant, 0)}"
 
     def generate(
         self,
@@ -213,8 +217,14 @@ class InjectionRuntime:
             sent_text, sent_tokens = len(best.text), len(best.token_ids)
 
     def purge(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
+        """Delete facts' KV from every tier and make the tenant's prefix-cache blocks, which may
+        hold them, unreachable: serving salts carry a per-tenant epoch that this bumps."""
         for key in keys:
             self.store.delete(tenant, key)
+        self.invalidate_prefix_cache(tenant)
+
+    def invalidate_prefix_cache(self, tenant: TenantId) -> None:
+        self._epochs[tenant] = self._epochs.get(tenant, 0) + 1
 
     def _run(
         self,

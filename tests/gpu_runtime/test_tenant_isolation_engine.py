@@ -82,3 +82,16 @@ def test_prefix_cache_blocks_are_not_shared_across_tenants(
     assert other.num_cached_tokens == 0  # ... B, with the same tokens, reuses none of them
     if mode is Mode.KV:
         assert first.num_cached_tokens == prompts[a].segment.end  # A's facts were injected
+
+
+def test_deleting_a_fact_invalidates_prefix_cache_reuse(runtime: InjectionRuntime) -> None:
+    tenant = TenantId(f"del-{uuid.uuid4().hex[:8]}")
+    config = runtime.config(window=0)
+    texts = [FactText(FactKey.for_fact(tenant, f"f{i}", 1, config), f"Fact {i}: the user once "
+             f"visited city number {i} in spring and liked it.") for i in range(12)]  # fmt: skip
+    prompt = runtime.compose(tenant, config, texts, "Which cities did I visit?")
+    runtime.generate(tenant, prompt, Mode.PROMPT, max_tokens=2)
+    assert runtime.generate(tenant, prompt, Mode.PROMPT, max_tokens=2).num_cached_tokens > 0
+    runtime.purge(tenant, [texts[3].key])
+    # Blocks that held the deleted fact can no longer be reused by the tenant's requests.
+    assert runtime.generate(tenant, prompt, Mode.PROMPT, max_tokens=2).num_cached_tokens == 0
