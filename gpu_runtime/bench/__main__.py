@@ -27,7 +27,9 @@ def _tokenizer(llm: Any, path: str | None) -> Any:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale bench")
-    parser.add_argument("what", nargs="?", default="all", choices=["all", "ttft", "throughput"])
+    parser.add_argument(
+        "what", nargs="?", default="all", choices=["all", "ttft", "throughput", "offload"]
+    )
     parser.add_argument("--model", help="model directory (default: the prepared SmolLM2)")
     parser.add_argument("--load-format", default="auto", help="'dummy' for real-shape timing")
     parser.add_argument("--tokenizer", help="tokenizer directory for LoCoMo text (dummy models)")
@@ -39,14 +41,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--max-model-len", type=int, default=4096)
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
+    parser.add_argument("--gpu-pool-gib", type=float, default=4.0, help="KV pool GPU tier")
+    parser.add_argument("--host-pool-gib", type=float, default=4.0, help="KV pool host tier")
+    parser.add_argument("--offload-k", type=int, default=50)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
-    from gpu_runtime.bench.measure import throughput, ttft_vs_k
+    import tempfile
+
+    from gpu_runtime.bench.measure import offload, throughput, ttft_vs_k
     from gpu_runtime.bench.report import write_report
     from gpu_runtime.bench.workload import Workload, locomo_facts
     from gpu_runtime.config import RuntimeSettings
     from gpu_runtime.engine import build_injection_llm
+    from gpu_runtime.store.memory import PoolBudget, store_named
 
     ks = [int(k) for k in args.ks.split(",") if k]
     users = [int(u) for u in args.users.split(",") if u]
@@ -54,9 +62,17 @@ def main(argv: list[str] | None = None) -> int:
     engine_args: dict[str, Any] = {"load_format": args.load_format, "max_num_seqs": 256}
     if args.load_format == "dummy":
         engine_args["skip_tokenizer_init"] = True
+    budget = PoolBudget(int(args.gpu_pool_gib * 2**30), int(args.host_pool_gib * 2**30), 1 << 20)
+    disk_root = tempfile.mkdtemp(prefix="inferscale-bench-kv-")
+    pool = store_named("bench", disk_root, budget)
     started = time.perf_counter()
     llm = build_injection_llm(
-        settings, store_name="bench", model=args.model, extra_engine_args=engine_args
+        settings,
+        store_name="bench",
+        disk_root=disk_root,
+        pool=budget,
+        model=args.model,
+        extra_engine_args=engine_args,
     )
     startup = time.perf_counter() - started
     locomo = (
@@ -87,6 +103,8 @@ def main(argv: list[str] | None = None) -> int:
         result["ttft"] = ttft_vs_k(workload, ks, args.repeats)
     if args.what in ("all", "throughput"):
         result["throughput"] = throughput(workload, users, args.throughput_k, args.max_tokens)
+    if args.what in ("all", "offload"):
+        result["offload"] = offload(workload, pool, args.offload_k, args.repeats)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(result, indent=1))

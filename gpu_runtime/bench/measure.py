@@ -112,3 +112,28 @@ def throughput(
                 flush=True,
             )
     return rows
+
+
+def offload(w: Workload, pool: Any, k: int, repeats: int, warmup: int = 2) -> dict[str, Any]:
+    """kv TTFT at ``k`` with the facts on the GPU tier vs moved to the host tier before every
+    request (so each request pays the host -> GPU load), same engine, same run."""
+    from gpu_runtime.pool.index import Tier
+
+    fact_ids = list(range(k))
+    keys = [w.keys[i] for i in fact_ids] + [w.preamble_key]
+    result: dict[str, Any] = {"k": k}
+    for tier in ("gpu", "host"):
+        samples = []
+        for i in range(warmup + repeats):
+            if tier == "host":
+                pool.demote(w.tenant, keys, Tier.HOST)
+            prompt, params, _ = _request(w, "kv", fact_ids, "offload")
+            ttft, _, _ = _ttft(w, prompt, params)
+            if i >= warmup:
+                samples.append(ttft)
+        result[tier] = summary(samples)
+        print(
+            f"offload k={k} facts on {tier:<4} median {result[tier]['median']:.2f} ms", flush=True
+        )
+    result["penalty_ms"] = result["host"]["median"] - result["gpu"]["median"]
+    return result

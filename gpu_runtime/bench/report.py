@@ -60,6 +60,16 @@ def write_report(result: dict[str, Any], out: Path) -> None:
         parts += ["#### TTFT vs k\n", ttft_table(result), ""]
     if "throughput" in result:
         parts += ["#### Throughput vs concurrent users\n", throughput_table(result), ""]
+    if "offload" in result:
+        o = result["offload"]
+        parts += [
+            "#### KV offload: facts on the GPU tier vs the pinned host tier\n",
+            "| k | kv TTFT, facts on GPU (ms) | kv TTFT, facts on host (ms) | penalty (ms) |",
+            "|---|---|---|---|",
+            f"| {o['k']} | {o['gpu']['median']:.2f} | {o['host']['median']:.2f} "
+            f"| {o['penalty_ms']:.2f} |",
+            "",
+        ]
     (out / "bench.md").write_text("\n".join(parts) + "\n")
     _plots(result, out)
 

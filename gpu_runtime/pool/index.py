@@ -228,6 +228,21 @@ class ResidencyIndex:
                         break
             return moves
 
+    def demote(self, tenant: TenantId, keys: Iterable[FactKey], tier: Tier) -> list[Move]:
+        """Moves unpinned entries down to ``tier`` (HOST or DISK), e.g. to measure offload cost
+        or to make room ahead of a known burst; pinned or already slower entries stay."""
+        wanted = _distinct(tenant, keys)
+        with self._lock:
+            moves: list[Move] = []
+            for key in wanted:
+                entry = self._live(tenant, key)
+                if entry is None or entry.pins or _RANK[entry.tier] >= _RANK[tier]:
+                    continue
+                if tier is Tier.DISK or not self._try_move(entry, tier, moves):
+                    moves.append(Move(key, entry.tier, Tier.DISK, entry.slabs, ()))
+                    self._release(entry)
+            return moves
+
     def unpin(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Entry]:
         """Releases one pin per key; returns the doomed entries this freed (drop their KV)."""
         wanted = _distinct(tenant, keys)

@@ -215,6 +215,12 @@ class TieredKVPool:
     def keys(self, tenant: TenantId) -> list[FactKey]:
         return sorted(set(self.index.keys(tenant)) | set(self.disk.keys(tenant)))
 
+    def demote(self, tenant: TenantId, keys: Iterable[FactKey], tier: Tier) -> None:
+        with self._lock, torch.inference_mode():
+            self._apply(self.index.demote(tenant, keys, tier))
+            if self.device.type == "cuda":
+                torch.cuda.current_stream(self.device).synchronize()
+
     def stats(self, tenant: TenantId | None = None) -> dict[str, int]:
         stats = self.index.stats(tenant)
         self.metrics.publish(tenant, stats)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from backend.core.paths import locomo_dir
-from gpu_runtime.bench.measure import throughput, ttft_vs_k
+from gpu_runtime.bench.measure import offload, throughput, ttft_vs_k
 from gpu_runtime.bench.report import write_report
 from gpu_runtime.bench.workload import Workload, locomo_facts
 
@@ -40,12 +40,15 @@ def test_ttft_and_throughput_harness(runtime: Any, tmp_path: Path) -> None:
     assert {r["mode"] for r in rows} == {"kv", "prompt"}
     assert all(r["requests_per_s"] > 0 for r in rows)
 
+    moved = offload(workload, runtime.store, k=4, repeats=1, warmup=0)
+    assert moved["gpu"]["n"] == moved["host"]["n"] == 1 and "penalty_ms" in moved
+
     result = {
         "model": "smollm2", "load_format": "auto", "device": "cpu", "vllm": "0.32.0",
         "facts_encoded": len(workload.facts), "encode_s": 0.0, "mean_fact_tokens": 1.0,
-        "ttft": ttft, "throughput": rows,
+        "ttft": ttft, "throughput": rows, "offload": moved,
     }  # fmt: skip
     write_report(result, tmp_path)
     table = (tmp_path / "bench.md").read_text()
-    assert "| 4 |" in table and "Throughput" in table
+    assert "| 4 |" in table and "Throughput" in table and "offload" in table
     json.dumps(result)  # serialisable as written by the CLI

@@ -82,3 +82,16 @@ def test_restart_serves_from_disk_and_tenants_stay_apart(tmp_path: Path) -> None
     assert same(restarted.get(T, kt), kv(1)) and same(restarted.get(U, ku), kv(2))
     restarted.delete_tenant(U)
     assert restarted.get(U, ku) is None and same(restarted.get(T, kt), kv(1))
+
+
+def test_demote_to_host_then_reload_is_exact(tmp_path: Path) -> None:
+    p = pool(tmp_path, gpu_slabs=4, host_slabs=4)
+    key = FactKey.for_fact(T, "f", 1, CFG)
+    p.put(T, key, kv(7))
+    assert p.index.lookup(T, key).tier is Tier.GPU  # type: ignore[union-attr]
+    p.demote(T, [key], Tier.HOST)
+    assert p.index.lookup(T, key).tier is Tier.HOST  # type: ignore[union-attr]
+    assert same(p.get(T, key), kv(7))  # loaded back (and promoted) bit for bit
+    assert p.index.lookup(T, key).tier is Tier.GPU  # type: ignore[union-attr]
+    p.demote(T, [key], Tier.DISK)
+    assert p.index.lookup(T, key).tier is Tier.DISK and same(p.get(T, key), kv(7))  # type: ignore[union-attr]
