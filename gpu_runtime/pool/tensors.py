@@ -75,9 +75,12 @@ class SlabArena:
         rows = torch.zeros(len(slabs) * self.slab_bytes, dtype=torch.uint8, device=blob.device)
         rows[: blob.numel()] = blob
         index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
-        self.data[index] = rows.view(len(slabs), self.slab_bytes).to(
-            self.data.device, non_blocking=True
+        # Async only into device memory: a CPU-side index_put must not read a D2H copy in flight.
+        async_copy = self.data.device.type == "cuda"
+        staged = rows.view(len(slabs), self.slab_bytes).to(
+            self.data.device, non_blocking=async_copy
         )
+        self.data[index] = staged
 
     def read(self, slabs: tuple[int, ...], nbytes: int) -> torch.Tensor:
         index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
