@@ -51,13 +51,14 @@ class InMemoryKVStore:
         return kv
 
     def contains_all(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool:
-        with self._lock:
-            entries = dict(self._by_tenant.get(tenant, {}))
-        for key in keys:
+        """Asked on every scheduling step: memory under the lock, disk only for what's missing."""
+        wanted = list(keys)
+        for key in wanted:
             _check(tenant, key)
-            if key not in entries and not (self.disk is not None and self.disk.exists(key)):
-                return False
-        return True
+        with self._lock:
+            entries = self._by_tenant.get(tenant, {})
+            missing = [key for key in wanted if key not in entries]
+        return all(self.disk is not None and self.disk.exists(key) for key in missing)
 
     def delete(self, tenant: TenantId, key: FactKey) -> bool:
         _check(tenant, key)

@@ -34,11 +34,17 @@ router = APIRouter(prefix="/v1/memories", tags=["memories"])
 UserIdQuery = Annotated[str, Query(min_length=1, max_length=200)]
 
 
-def memory_out(ctx: TenantContext, fact: Fact, score: float | None = None) -> MemoryOut:
-    user = UserRepository(ctx.session, ctx.tenant).by_id(fact.user_id)
+def memory_out(
+    ctx: TenantContext, fact: Fact, score: float | None = None, user_id: str | None = None
+) -> MemoryOut:
+    """``user_id``: the owner's external id when the caller knows it (lists and searches are per
+    user, so they pass it instead of one user lookup per fact)."""
+    if user_id is None:
+        user = UserRepository(ctx.session, ctx.tenant).by_id(fact.user_id)
+        user_id = user.external_id if user else ""
     return MemoryOut(
         id=fact.id,
-        user_id=user.external_id if user else "",
+        user_id=user_id,
         memory=fact.text,
         version=fact.version,
         metadata=fact.meta or {},
@@ -63,7 +69,9 @@ def add_memories(
         for fact in facts:
             ctx.session.refresh(fact)
         job = service.last_job_id
-        return MemoryCreated(results=[memory_out(ctx, f) for f in facts], job_id=job)
+        return MemoryCreated(
+            results=[memory_out(ctx, f, user_id=body.user_id) for f in facts], job_id=job
+        )
 
     return run_idempotent(ctx.session, ctx.tenant.value, idempotency_key, body, action)
 
@@ -77,7 +85,10 @@ def list_memories(
 ) -> PageOut[MemoryOut]:
     facts, total = MemoryService(ctx).list_for(user_id, Page(offset, limit))
     return PageOut(
-        items=[memory_out(ctx, f) for f in facts], total=total, offset=offset, limit=limit
+        items=[memory_out(ctx, f, user_id=user_id) for f in facts],
+        total=total,
+        offset=offset,
+        limit=limit,
     )
 
 
@@ -92,7 +103,7 @@ def delete_user_memories(user_id: UserIdQuery, ctx: TenantContextDep) -> Deleted
 def search_memories(body: SearchRequest, ctx: TenantContextDep) -> SearchOut:
     hits = MemoryService(ctx).search(body.user_id, body.query, body.top_k)
     commit(ctx.session)  # an index rebuild reads only; nothing to keep, but end cleanly
-    return SearchOut(results=[memory_out(ctx, h.fact, h.score) for h in hits])
+    return SearchOut(results=[memory_out(ctx, h.fact, h.score, body.user_id) for h in hits])
 
 
 @router.get("/{memory_id}", response_model=MemoryOut)
