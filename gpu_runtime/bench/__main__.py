@@ -28,7 +28,7 @@ def _tokenizer(llm: Any, path: str | None) -> Any:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale bench")
     parser.add_argument(
-        "what", nargs="?", default="all", choices=["all", "ttft", "throughput", "offload"]
+        "what", nargs="?", default="all", choices=["all", "ttft", "throughput", "offload", "encode"]
     )
     parser.add_argument("--model", help="model directory (default: the prepared SmolLM2)")
     parser.add_argument("--load-format", default="auto", help="'dummy' for real-shape timing")
@@ -44,14 +44,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu-pool-gib", type=float, default=4.0, help="KV pool GPU tier")
     parser.add_argument("--host-pool-gib", type=float, default=4.0, help="KV pool host tier")
     parser.add_argument("--offload-k", type=int, default=50)
+    parser.add_argument("--windows", default="0,5,20", help="encode: context windows w")
+    parser.add_argument("--encode-facts", type=int, default=200, help="encode: facts per w")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
 
     import tempfile
 
+    from gpu_runtime.bench.encode import encode_rate
     from gpu_runtime.bench.measure import offload, throughput, ttft_vs_k
     from gpu_runtime.bench.report import write_report
-    from gpu_runtime.bench.workload import Workload, locomo_facts
+    from gpu_runtime.bench.workload import Workload, locomo_facts, locomo_windows
     from gpu_runtime.config import RuntimeSettings
     from gpu_runtime.engine import build_injection_llm
     from gpu_runtime.store.memory import PoolBudget, store_named
@@ -81,9 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         else Path(__file__).resolve().parents[3] / "shared/data/locomo"
     )
     need = max([*ks, args.throughput_k * 2])
-    workload = Workload.build(
-        llm, locomo_facts(locomo, max(need, 300)), _tokenizer(llm, args.tokenizer)
-    )
+    tokenize = _tokenizer(llm, args.tokenizer)
+    workload = Workload.build(llm, locomo_facts(locomo, max(need, 300)), tokenize)
     t0 = time.perf_counter()
     workload.encode_all()
     encode_s = time.perf_counter() - t0
@@ -105,6 +107,16 @@ def main(argv: list[str] | None = None) -> int:
         result["throughput"] = throughput(workload, users, args.throughput_k, args.max_tokens)
     if args.what in ("all", "offload"):
         result["offload"] = offload(workload, pool, args.offload_k, args.repeats)
+    if args.what in ("all", "encode"):
+        samples = {}
+        for window in (int(x) for x in args.windows.split(",") if x):
+            pairs = locomo_windows(locomo, args.encode_facts, window)
+            samples[window] = [
+                ([t % workload.vocab for turn in turns for t in tokenize(turn)],
+                 [t % workload.vocab for t in tokenize(fact)])
+                for turns, fact in pairs
+            ]  # fmt: skip
+        result["encode"] = encode_rate(workload, samples)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(result, indent=1))

@@ -70,6 +70,18 @@ def write_report(result: dict[str, Any], out: Path) -> None:
             f"| {o['penalty_ms']:.2f} |",
             "",
         ]
+    if "encode" in result:
+        parts += [
+            "#### Context-window encoding rate\n",
+            "| w (turns) | facts | prefilled tokens / fact | facts/s |",
+            "|---|---|---|---|",
+            *(
+                f"| {r['window']} | {r['facts']} | {r['prefill_tokens_per_fact']:.0f} "
+                f"| {r['facts_per_s']:.1f} |"
+                for r in result["encode"]
+            ),
+            "",
+        ]
     (out / "bench.md").write_text("\n".join(parts) + "\n")
     _plots(result, out)
 

@@ -34,6 +34,31 @@ def locomo_facts(folder: Path, limit: int) -> list[str]:
     return facts[:limit]
 
 
+def locomo_windows(folder: Path, limit: int, window: int) -> list[tuple[list[str], str]]:
+    """(the ``window`` turns before a fact's evidence turn, the fact) for LoCoMo observations."""
+    samples: list[tuple[list[str], str]] = []
+    for path in sorted(folder.glob("*.json")):
+        data = json.loads(path.read_text())
+        conv = data.get("conversation", data)
+        turns: list[str] = []
+        where: dict[str, int] = {}
+        numbers = sorted(
+            int(k.split("_")[1]) for k, v in conv.items()
+            if k.startswith("session_") and k.count("_") == 1 and isinstance(v, list)
+        )  # fmt: skip
+        for number in numbers:
+            for turn in conv[f"session_{number}"]:
+                where[str(turn.get("dia_id"))] = len(turns)
+                turns.append(f"{turn.get('speaker')}: {turn.get('text', '')}\n")
+        for number in numbers:
+            for per_speaker in (conv.get(f"session_{number}_observation") or {}).values():
+                for text, evidence, *_ in per_speaker:
+                    ref = evidence[0] if isinstance(evidence, list) and evidence else evidence
+                    end = where.get(str(ref), 0)
+                    samples.append((turns[max(0, end - window) : end], f"- {text}\n"))
+    return samples[:limit]
+
+
 @dataclass
 class Workload:
     llm: Any

@@ -11,6 +11,7 @@ Both halves and the store must live in one process: the runtime builds the engin
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -122,6 +123,8 @@ class InferScaleConnector(KVConnectorBase_V1):
         )
         self._scheduler: SchedulerHalf | None = None
         self._worker: WorkerHalf | None = None
+        # Decoded once per request: vLLM asks about a request several times before it runs.
+        self._decoded: dict[str, TransferParams | None] = {}
         if role == KVConnectorRole.SCHEDULER:
             self._scheduler = SchedulerHalf(
                 vllm_config.cache_config.block_size,
@@ -162,7 +165,8 @@ class InferScaleConnector(KVConnectorBase_V1):
             self._worker.start_load(payload)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
-        return None  # loads are synchronous and finished in start_load_kv
+        if self._worker is not None:  # layer-wise fused loads: order this layer after its load
+            self._worker.wait_layer(layer_name)
 
     def save_kv_layer(
         self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
@@ -176,11 +180,16 @@ class InferScaleConnector(KVConnectorBase_V1):
             self._worker.finish_step()
 
     # ---- scheduler side ------------------------------------------------------------------
+    def _params(self, req_id: str, raw: Callable[[], TransferParams | None]) -> Any:
+        if req_id not in self._decoded:
+            self._decoded[req_id] = raw()
+        return self._decoded[req_id]
+
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int, bool]:
         assert self._scheduler is not None
-        params = _params_of(request)
+        params = self._params(request.request_id, lambda: _params_of(request))
         n = self._scheduler.num_new_matched_tokens(
             params, num_computed_tokens, len(request.prompt_token_ids)
         )
@@ -188,8 +197,9 @@ class InferScaleConnector(KVConnectorBase_V1):
 
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         assert self._scheduler is not None
+        params = self._params(request.request_id, lambda: _params_of(request))
         self._scheduler.after_alloc(
-            request.request_id, _params_of(request), blocks.get_block_ids()[0], num_external_tokens
+            request.request_id, params, blocks.get_block_ids()[0], num_external_tokens
         )
 
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
@@ -197,7 +207,7 @@ class InferScaleConnector(KVConnectorBase_V1):
         scheduled: list[tuple[str, int, int]] = []
         counts = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
-            params = _params_from_sampling(new.sampling_params)
+            params = self._params(new.req_id, partial(_params_from_sampling, new.sampling_params))
             self._scheduler.on_new(new.req_id, params, list(new.block_ids[0]))
             scheduled.append((new.req_id, new.num_computed_tokens, counts.get(new.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
@@ -211,6 +221,7 @@ class InferScaleConnector(KVConnectorBase_V1):
         return InjectionConnectorMetadata(self._scheduler.build(scheduled))
 
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, None]:
+        self._decoded.pop(request.request_id, None)
         if self._scheduler is not None:
             self._scheduler.finished(request.request_id)
         return False, None

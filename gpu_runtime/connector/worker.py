@@ -1,10 +1,12 @@
 """Worker half of the connector: scatters stored KV into a request's blocks, captures new KV.
 
-Loads run in ``start_load`` before the forward (vLLM calls it first for synchronous loads):
-for every layer, the stored keys are re-rotated to the positions the facts take in this prompt
-(untouched where they already sit there) and written with the values through the layout
-adapter. Captures read the fact span of each layer right after vLLM wrote it and store it, with
-the positions its keys were rotated at, once all of the fact's tokens are in.
+Loads run in ``start_load`` before the forward (vLLM calls it first for synchronous loads). On
+CUDA with the tiered pool they go through the fused kernel (``fused.py``), layer by layer when
+facts sit on the host tier. Otherwise the PyTorch path here runs: for every layer, the stored
+keys are re-rotated to the positions the facts take in this prompt (untouched where they already
+sit there) and written with the values through the layout adapter. Captures read the fact span
+of each layer right after vLLM wrote it and store it, with the positions its keys were rotated
+at, once all of the fact's tokens are in.
 """
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from dataclasses import dataclass
 
 import torch
 
+from gpu_runtime.connector.fused import FusedLoader, fused_shape
 from gpu_runtime.connector.metadata import CaptureRequest, InjectionMetadata, LoadRequest
 from gpu_runtime.errors import RuntimeErrorBase
 from gpu_runtime.layouts import PagedKVLayout, check_layer
+from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.rope import RopeRotator
 from gpu_runtime.store.base import KVStore
 from gpu_runtime.store.fact_kv import FactKV
@@ -52,11 +56,21 @@ class _CaptureBuffer:
 
 
 class WorkerHalf:
-    def __init__(self, store: KVStore, rotator: RopeRotator, layout: PagedKVLayout) -> None:
+    def __init__(
+        self,
+        store: KVStore,
+        rotator: RopeRotator,
+        layout: PagedKVLayout,
+        *,
+        fused: bool | None = None,  # None: on CUDA; True also on CPU (Triton's interpreter)
+    ) -> None:
         self.store = store
         self.rotator = rotator
         self.layout = layout
+        self.use_fused = fused
+        self.fused: FusedLoader | None = None
         self.layers: list[str] = []
+        self._layer_index: dict[str, int] = {}
         self._kv: dict[str, torch.Tensor] = {}
         self.device = torch.device("cpu")
         self._buffers: dict[tuple[str, FactKey], _CaptureBuffer] = {}
@@ -70,11 +84,29 @@ class WorkerHalf:
             bind(self.device)
         for name in self.layers:
             check_layer(self.layout, kv_caches[name], backend)
+        self._layer_index = {name: i for i, name in enumerate(self.layers)}
+        ordered = [kv_caches[name] for name in self.layers]
+        shape = fused_shape(self.store, self.layout, self.rotator, ordered)
+        wanted = self.device.type == "cuda" if self.use_fused is None else self.use_fused
+        if shape is not None and wanted:
+            assert isinstance(self.store, TieredKVPool)
+            self.fused = FusedLoader(self.store, shape, self.rotator, ordered)
 
     # ---- loads ---------------------------------------------------------------------------
     def start_load(self, meta: InjectionMetadata) -> None:
+        if self.fused is not None and meta.loads:
+            for load in meta.loads:
+                if load.scrub_blocks:
+                    self._scrub(load.scrub_blocks)
+            if self.fused.start(meta.loads):
+                return
         for load in meta.loads:
             self._load(load)
+
+    def wait_layer(self, layer_name: str) -> None:
+        """Before a layer's attention: a layer-wise fused load must have reached its cache."""
+        if self.fused is not None:
+            self.fused.wait_layer(self._layer_index[layer_name])
 
     def _load(self, load: LoadRequest) -> None:
         keys, values = self._gather(load)  # [L, n, H, D] each, keys at their target positions
@@ -153,6 +185,8 @@ class WorkerHalf:
 
     def finish_step(self) -> None:
         """Store every capture whose tokens are now all computed."""
+        if self.fused is not None:
+            self.fused.finish_step()
         done = [slot for slot, b in self._buffers.items() if b.filled >= b.keys.shape[1]]
         for slot in done:
             buffer = self._buffers.pop(slot)

@@ -187,6 +187,28 @@ class ResidencyIndex:
             entry = self._live(tenant, key)
             return None if entry is None else replace(entry)
 
+    def missing(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
+        """The keys the index does not hold (one lock for a whole request's facts)."""
+        with self._lock:
+            out = []
+            for key in keys:
+                _check(tenant, key)
+                if self._live(tenant, key) is None:
+                    out.append(key)
+            return out
+
+    def placements(
+        self, tenant: TenantId, keys: Iterable[FactKey]
+    ) -> list[tuple[Tier, tuple[int, ...]] | None]:
+        """(tier, slabs) of each key, ``None`` where absent; no use is counted."""
+        with self._lock:
+            out: list[tuple[Tier, tuple[int, ...]] | None] = []
+            for key in keys:
+                _check(tenant, key)
+                entry = self._live(tenant, key)
+                out.append(None if entry is None else (entry.tier, entry.slabs))
+            return out
+
     def lookup_for_use(self, tenant: TenantId, key: FactKey) -> Entry | None:
         """Like ``lookup`` but counts a hit on the entry's tier (or a miss) and touches it."""
         _check(tenant, key)
@@ -198,8 +220,11 @@ class ResidencyIndex:
             self._use(entry)
             return replace(entry)
 
-    def pin(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
+    def pin(self, tenant: TenantId, keys: Iterable[FactKey], *, promote: bool = True) -> list[Move]:
         """Pins entries for an in-flight request and promotes them as far towards GPU as fits.
+
+        With ``promote=False`` entries already in memory stay where they are (the fused loader
+        reads host-tier slabs in place); only disk entries are brought into memory.
 
         All or nothing: if any key is absent, ``UnknownEntryError`` is raised and nothing is
         pinned (hits and misses are still counted). An entry that cannot reach GPU (pinned
@@ -223,6 +248,8 @@ class ResidencyIndex:
                 self._use(entry)
             moves: list[Move] = []
             for entry in found:
+                if not promote and entry.tier is not Tier.DISK:
+                    continue
                 for tier in _MEMORY_TIERS:
                     if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
                         break

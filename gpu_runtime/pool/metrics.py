@@ -27,6 +27,11 @@ class PoolMetrics:
         HITS.labels(tenant.value, tier.value).inc()
         LOAD_SECONDS.labels(tier.value).observe(seconds)
 
+    def hits(self, tenant: TenantId, tier: Tier, count: int, seconds_each: float) -> None:
+        """A request's ``count`` facts found on ``tier``, fetched in ``seconds_each`` on average."""
+        HITS.labels(tenant.value, tier.value).inc(count)
+        LOAD_SECONDS.labels(tier.value).observe(seconds_each)
+
     def miss(self, tenant: TenantId) -> None:
         MISSES.labels(tenant.value).inc()
 

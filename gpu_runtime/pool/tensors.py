@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import torch
 
-from gpu_runtime.pool.index import Move, ResidencyIndex, Tier
+from gpu_runtime.pool.index import Move, ResidencyIndex, Tier, UnknownEntryError
 from gpu_runtime.pool.metrics import PoolMetrics
 from gpu_runtime.store.disk import DiskKVStore
 from gpu_runtime.store.fact_kv import FactKV
@@ -32,6 +33,7 @@ class _Packing:
     shape: tuple[int, ...]  # [layers, n, heads, head_dim]
     dtype: torch.dtype
     checksum: str
+    positions: tuple[int, ...]  # where each key was rotated at capture (also in the blob)
 
     @property
     def kv_bytes(self) -> int:
@@ -46,7 +48,9 @@ class _Packing:
 
 
 def _pack(kv: FactKV) -> tuple[torch.Tensor, _Packing]:
-    packing = _Packing(tuple(kv.keys.shape), kv.keys.dtype, kv.checksum)
+    packing = _Packing(
+        tuple(kv.keys.shape), kv.keys.dtype, kv.checksum, tuple(kv.positions.tolist())
+    )
     blob = torch.cat(
         [t.contiguous().view(torch.uint8).flatten().to(kv.keys.device) for t in
          (kv.keys, kv.values, kv.positions.to(kv.keys.device))]
@@ -86,6 +90,23 @@ class SlabArena:
         index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
         return self.data[index].flatten()[:nbytes]  # [nbytes] uint8
 
+    def copy_slabs(self, source: SlabArena, src: tuple[int, ...], dst: tuple[int, ...]) -> None:
+        """Slab by slab between arenas: direct (pinned) DMA, no gather or staging buffer."""
+        for s, d in zip(src, dst, strict=True):
+            self.data[d].copy_(source.data[s], non_blocking=True)
+
+
+@dataclass(frozen=True)
+class Resident:
+    """Where a pinned fact's bytes are, for the fused loader (``connector/fused.py``)."""
+
+    key: FactKey
+    arena: int  # 0: GPU arena, 1: host arena (``TieredKVPool.ARENAS``)
+    slabs: tuple[int, ...]
+    n_tokens: int
+    n_layers: int
+    positions: tuple[int, ...]
+
 
 class TieredKVPool:
     """The connector's KV store with GPU and host budgets; same interface as InMemoryKVStore."""
@@ -103,6 +124,7 @@ class TieredKVPool:
         self.device = torch.device("cpu")
         self.metrics = PoolMetrics()
         self._stream: torch.cuda.Stream | None = None
+        self._reclaimers: list[Callable[[], None]] = []
 
     @classmethod
     def create(
@@ -140,26 +162,41 @@ class TieredKVPool:
                     continue
                 blob, packing = _pack(kv)
                 self._packings[move.key] = packing
-            else:
-                blob = self._arena(move.src_tier).read(move.src_slabs, packing.nbytes)
-                if move.src_tier is Tier.GPU:
-                    self.metrics.eviction(move.key.tenant, Tier.GPU)
-            self._copy(move.dst_tier, move.dst_slabs, blob)
+                self._copy(move.dst_tier, move.dst_slabs, blob)
+                continue
+            if move.src_tier is Tier.GPU:
+                self.metrics.eviction(move.key.tenant, Tier.GPU)
+            self._on_side_stream(partial(self._move_slabs, move))
+
+    def _move_slabs(self, move: Move) -> None:
+        self._arena(move.dst_tier).copy_slabs(
+            self._arena(move.src_tier), move.src_slabs, move.dst_slabs
+        )
 
     def _copy(self, tier: Tier, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
-        if self.device.type == "cuda":
-            if self._stream is None:
-                self._stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
-            self._stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(self._stream):  # evictions and loads off the compute stream
-                self._arena(tier).write(slabs, blob)
-            torch.cuda.current_stream(self.device).wait_stream(self._stream)
-        else:
-            self._arena(tier).write(slabs, blob)
+        self._on_side_stream(lambda: self._arena(tier).write(slabs, blob))
+
+    def _on_side_stream(self, work: Callable[[], None]) -> None:
+        """Evictions and promotions run off the compute stream; later compute waits for them."""
+        if self.device.type != "cuda":
+            work()
+            return
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=self.device)  # type: ignore[no-untyped-call]
+        self._stream.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(self._stream):
+            work()
+        torch.cuda.current_stream(self.device).wait_stream(self._stream)
+
+    def _host_reads_safe(self) -> None:
+        """CPU-side reads of pinned slabs must not race an eviction copy still in flight."""
+        if self._stream is not None:
+            self._stream.synchronize()
 
     # ---- store interface -----------------------------------------------------------------
     def put(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
         self.disk.put(key, kv)
+        self._reclaim()
         # The arenas are made and written inside vLLM's inference mode (engine steps); callers
         # outside it (the runtime, tests) must touch them the same way.
         with self._lock, torch.inference_mode():
@@ -191,6 +228,8 @@ class TieredKVPool:
                 if entry.tier is Tier.DISK:
                     kv = self.disk.get(key)
                 else:
+                    if entry.tier is Tier.HOST:
+                        self._host_reads_safe()
                     kv = _unpack(self._arena(entry.tier).read(entry.slabs, packing.nbytes), packing)
             finally:
                 for freed in self.index.unpin(tenant, [key]):
@@ -198,10 +237,65 @@ class TieredKVPool:
         self.metrics.hit(tenant, found_on, time.perf_counter() - started)
         return kv
 
+    # ---- fused loader interface -----------------------------------------------------------
+    ARENAS = (Tier.GPU, Tier.HOST)
+
+    def arena_addresses(self) -> tuple[int, ...]:
+        """Base addresses of the GPU and the (pinned) host arena, in ``ARENAS`` order."""
+        with self._lock, torch.inference_mode():
+            return tuple(self._arena(tier).data.data_ptr() for tier in self.ARENAS)
+
+    def acquire(self, tenant: TenantId, keys: list[FactKey]) -> list[Resident] | None:
+        """Pins ``keys`` where they are (disk-only facts are loaded into memory) and says where
+        their slabs are; ``None`` (nothing pinned) if a fact is gone or cannot reach memory.
+        The caller must ``release`` the same keys once its reads have completed."""
+        started = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            for key in self.index.missing(tenant, keys):
+                kv = self.disk.get(key)  # a restart or another process: reload, re-admit
+                if kv is None:
+                    self.metrics.miss(tenant)
+                    return None
+                self.put(tenant, key, kv)
+            try:
+                self._apply(self.index.pin(tenant, keys, promote=False))
+            except UnknownEntryError:
+                return None
+            resident = []
+            for key, placed in zip(keys, self.index.placements(tenant, keys), strict=True):
+                packing = self._packings.get(key)
+                if placed is None or placed[0] is Tier.DISK or packing is None:
+                    self.release(tenant, keys)
+                    return None
+                tier, slabs = placed
+                layers, n_tokens = packing.shape[0], packing.shape[1]
+                resident.append(
+                    Resident(key, self.ARENAS.index(tier), slabs, n_tokens, layers,
+                             packing.positions)
+                )  # fmt: skip
+        elapsed = (time.perf_counter() - started) / max(len(keys), 1)
+        for arena, tier in enumerate(self.ARENAS):
+            count = sum(1 for r in resident if r.arena == arena)
+            if count:
+                self.metrics.hits(tenant, tier, count, elapsed)
+        return resident
+
+    def add_reclaimer(self, reclaim: Callable[[], None]) -> None:
+        """``reclaim()`` releases pins whose readers have finished; called before the pool
+        evicts or demotes, so a finished request's pins never block eviction."""
+        self._reclaimers.append(reclaim)
+
+    def _reclaim(self) -> None:
+        for reclaim in self._reclaimers:
+            reclaim()
+
+    def release(self, tenant: TenantId, keys: list[FactKey]) -> None:
+        with self._lock:
+            for freed in self.index.unpin(tenant, keys):
+                self._packings.pop(freed.key, None)
+
     def contains_all(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool:
-        return all(
-            self.index.lookup(tenant, key) is not None or self.disk.exists(key) for key in keys
-        )
+        return all(self.disk.exists(key) for key in self.index.missing(tenant, keys))
 
     def delete(self, tenant: TenantId, key: FactKey) -> bool:
         with self._lock:
@@ -219,6 +313,7 @@ class TieredKVPool:
         return sorted(set(self.index.keys(tenant)) | set(self.disk.keys(tenant)))
 
     def demote(self, tenant: TenantId, keys: Iterable[FactKey], tier: Tier) -> None:
+        self._reclaim()
         with self._lock, torch.inference_mode():
             self._apply(self.index.demote(tenant, keys, tier))
             if self.device.type == "cuda":

@@ -35,9 +35,16 @@ def main() -> None:
     model = str(Path(args.model).resolve())
     settings = RuntimeSettings(max_model_len=2048, enforce_eager=True, dtype="bfloat16")
     started = time.perf_counter()
+    import tempfile
+
+    from gpu_runtime.store.memory import PoolBudget
+
+    budget = PoolBudget(1 << 30, 1 << 30, 1 << 20)  # the tiered pool: the fused CUDA loader
     llm = build_injection_llm(
         settings,
         store_name="device",
+        disk_root=tempfile.mkdtemp(prefix="t3-kv-"),
+        pool=budget,
         scrub_blocks=True,
         model=model,
         extra_engine_args={
@@ -98,9 +105,23 @@ def main() -> None:
             for t in lp_inj[i]
             if t in lp_one[i]
         )
+        # The same injection with every segment on the pinned host tier (read in place).
+        from gpu_runtime.pool.index import Tier
+        from gpu_runtime.store.memory import store_named
+
+        pool = store_named("device", None, None)
+        pool.demote(tenant, [s.key for s in spans], Tier.HOST)  # type: ignore[attr-defined]
+        from_host, lp_host, _ = run(
+            ids,
+            cache_salt(tenant, config.fingerprint() + name + "host"),
+            encode_params(tenant, config, inject=spans),
+        )
         results.append(
             {
                 "model": Path(model).name,
+                "greedy_equal_host_tier_vs_injected": from_host == injected,
+                "top5_logprobs_bitwise_host_tier_vs_reused": lp_host == lp_reused,
+                "host_tier_stats": pool.stats(tenant),  # type: ignore[attr-defined]
                 "case": name,
                 "block_size": block,
                 "prompt_tokens": len(ids),

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from backend.core.paths import locomo_dir
+from gpu_runtime.bench.encode import encode_rate
 from gpu_runtime.bench.measure import offload, throughput, ttft_vs_k
 from gpu_runtime.bench.report import write_report
-from gpu_runtime.bench.workload import Workload, locomo_facts
+from gpu_runtime.bench.workload import Workload, locomo_facts, locomo_windows
 
 pytestmark = pytest.mark.engine
 
@@ -43,12 +44,27 @@ def test_ttft_and_throughput_harness(runtime: Any, tmp_path: Path) -> None:
     moved = offload(workload, runtime.store, k=4, repeats=1, warmup=0)
     assert moved["gpu"]["n"] == moved["host"]["n"] == 1 and "penalty_ms" in moved
 
+    encode = tokenizer.encode
+    samples = {
+        window: [
+            ([t for turn in turns for t in encode(turn, add_special_tokens=False)],
+             encode(fact, add_special_tokens=False))
+            for turns, fact in locomo_windows(locomo_dir(), 3, window)
+        ]
+        for window in (0, 2)
+    }  # fmt: skip
+    assert all(len(ctx) == 0 for ctx, _ in samples[0]) and any(len(c) for c, _ in samples[2])
+    rates = encode_rate(workload, samples, batch=2)
+    assert [r["window"] for r in rates] == [0, 2] and all(r["facts_per_s"] > 0 for r in rates)
+    assert rates[1]["prefill_tokens_per_fact"] > rates[0]["prefill_tokens_per_fact"]
+
     result = {
         "model": "smollm2", "load_format": "auto", "device": "cpu", "vllm": "0.32.0",
         "facts_encoded": len(workload.facts), "encode_s": 0.0, "mean_fact_tokens": 1.0,
-        "ttft": ttft, "throughput": rows, "offload": moved,
+        "ttft": ttft, "throughput": rows, "offload": moved, "encode": rates,
     }  # fmt: skip
     write_report(result, tmp_path)
     table = (tmp_path / "bench.md").read_text()
     assert "| 4 |" in table and "Throughput" in table and "offload" in table
+    assert "encoding rate" in table
     json.dumps(result)  # serialisable as written by the CLI

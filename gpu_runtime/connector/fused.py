@@ -1,0 +1,248 @@
+"""Fused, layer-wise loading of a step's injected facts from the tiered pool (CUDA fast path).
+
+For every step with loads, the facts are pinned where they sit (``TieredKVPool.acquire``), one
+small int64 plan is uploaded (per token: fact, token in fact, position change, cache slot; per
+fact: arena, length, slab-table row) and ``kernels.inject`` does the rest:
+
+* all facts on the GPU tier: one launch for every layer, on the compute stream;
+* any fact on the host tier: one launch per layer on a side stream, a few layers ahead of the
+  forward, each followed by an event that ``wait_for_layer_load`` makes the compute stream wait
+  on; the host->GPU reads of layer ``l`` overlap the forward of the layers before it.
+
+Pins are released once the kernels that read the slabs have completed (checked without
+blocking at the next step), so nothing a step reads can be evicted under it.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from gpu_runtime.connector.metadata import LoadRequest
+from gpu_runtime.kernels import inject
+from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
+from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.tensors import Resident, TieredKVPool
+from gpu_runtime.rope import RopeRotator
+from gpu_runtime.types import FactKey, TenantId
+
+LOOKAHEAD_LAYERS = 3  # host-tier loads launched this many layers ahead of the forward
+HOST_ARENA = TieredKVPool.ARENAS.index(Tier.HOST)
+
+
+@dataclass
+class _Step:
+    pins: list[tuple[TenantId, list[FactKey]]]
+    plan: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # tokens, facts, slab table on device
+    layerwise: bool
+    launched: int = 0  # layers launched so far
+    events: list[torch.cuda.Event] = field(default_factory=list)
+    done: torch.cuda.Event | None = None  # recorded once every layer's reads were enqueued
+
+
+def fused_shape(
+    pool: object, layout: PagedKVLayout, rotator: RopeRotator, layers: list[torch.Tensor]
+) -> inject.KernelShape | None:
+    """The kernel's specialisation, or ``None`` when this setup must use the PyTorch path."""
+    if not (inject.available() and isinstance(pool, TieredKVPool)):
+        return None
+    if not isinstance(layout, FlashLogicalLayout) or not rotator.composes:
+        return None
+    first = layers[0]
+    if not inject.supported_dtype(first.dtype) or first.stride(3) != 1:
+        return None
+    if any(t.shape != first.shape or t.stride() != first.stride() for t in layers):
+        return None
+    g = layout.geometry
+    shape = inject.KernelShape(
+        kv_heads=g.num_kv_heads, head_size=g.head_size, rotary_dim=rotator.rotary_dim,
+        neox=rotator.is_neox_style, dtype=first.dtype, n_layers=len(layers),
+        block_size=g.block_size, strides=(first.stride(0), first.stride(1), first.stride(2)),
+        slab_bytes=pool.slab_bytes,
+    )  # fmt: skip
+    return shape if pool.slab_bytes % shape.row_bytes == 0 else None
+
+
+class FusedLoader:
+    def __init__(
+        self,
+        pool: TieredKVPool,
+        shape: inject.KernelShape,
+        rotator: RopeRotator,
+        layers: list[torch.Tensor],  # each [blocks, H, block_size, 2 * D], in layer order
+    ) -> None:
+        self.pool = pool
+        self.shape = shape
+        self.device = layers[0].device
+        self._layers = torch.tensor([t.data_ptr() for t in layers], dtype=torch.int64).to(
+            self.device
+        )  # [L] base addresses
+        self._cos_sin = rotator.cos_sin_cache.to(self.device).contiguous()  # [max_pos, ROT] fp32
+        self._max_position = rotator.max_position
+        self._cuda = self.device.type == "cuda"
+        self._stream = torch.cuda.Stream(self.device) if self._cuda else None  # type: ignore[no-untyped-call]
+        self._step: _Step | None = None
+        self._retired: list[_Step] = []
+        self._retired_lock = threading.Lock()  # the pool may reclaim from another thread
+        pool.add_reclaimer(self.release_completed)
+
+    # ---- per step ------------------------------------------------------------------------
+    def start(self, loads: list[LoadRequest]) -> bool:
+        """Plans and starts a step's loads; ``False`` (nothing done) if the slow path must run."""
+        self.release_completed()
+        pins: list[tuple[TenantId, list[FactKey]]] = []
+        residents: list[list[Resident]] = []
+        for load in loads:
+            keys = list(dict.fromkeys(piece.key for piece in load.pieces))
+            found = self.pool.acquire(load.tenant, keys)
+            if found is None:
+                for tenant, held in pins:
+                    self.pool.release(tenant, held)
+                return False
+            pins.append((load.tenant, keys))
+            residents.append(found)
+        try:
+            plan, on_host = self._plan(loads, residents)
+        except Exception:
+            for tenant, held in pins:
+                self.pool.release(tenant, held)
+            raise
+        step = _Step(pins, plan, layerwise=self._cuda and on_host)
+        self._step = step
+        if step.layerwise:
+            assert self._stream is not None
+            self._stream.wait_stream(torch.cuda.current_stream(self.device))  # blocks now free
+            self._launch_ahead(step, LOOKAHEAD_LAYERS)
+        else:
+            self._run(step, 0, self.shape.n_layers)
+            step.launched = self.shape.n_layers
+            self._finish(step)
+        return True
+
+    def wait_layer(self, layer: int) -> None:
+        """Called before layer ``layer``'s attention: its injected KV must be in the cache."""
+        step = self._step
+        if step is None or not step.layerwise:
+            return
+        self._launch_ahead(step, layer + 1 + LOOKAHEAD_LAYERS)
+        torch.cuda.current_stream(self.device).wait_event(step.events[layer])
+
+    def finish_step(self) -> None:
+        """After the forward was enqueued: every layer is launched and ordered before later work."""
+        step = self._step
+        if step is None:
+            return
+        if step.layerwise:
+            self._launch_ahead(step, self.shape.n_layers)
+            assert step.done is not None
+            torch.cuda.current_stream(self.device).wait_event(step.done)
+        self._step = None
+
+    # ---- internals -----------------------------------------------------------------------
+    def _launch_ahead(self, step: _Step, until: int) -> None:
+        assert self._stream is not None
+        with torch.cuda.stream(self._stream):
+            while step.launched < min(until, self.shape.n_layers):
+                self._run(step, step.launched, 1)
+                event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+                event.record(self._stream)
+                step.events.append(event)
+                step.launched += 1
+            if step.launched == self.shape.n_layers and step.done is None:
+                self._finish(step)
+
+    def _run(self, step: _Step, start: int, count: int) -> None:
+        tokens, facts, slab_table = step.plan
+        inject.launch(
+            self.shape, tokens, facts, slab_table, self._arenas, self._layers, self._cos_sin,
+            start, count,
+        )  # fmt: skip
+
+    def _finish(self, step: _Step) -> None:
+        if self._cuda:
+            step.done = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            step.done.record()
+            self._retired.append(step)
+        else:  # CPU: the kernel ran synchronously
+            self._release(step)
+
+    def release_completed(self) -> None:
+        """Unpins the facts of earlier steps whose reads have finished (never blocks). Called at
+        each step and by the pool before it plans evictions or demotions."""
+        with self._retired_lock:
+            finished = [s for s in self._retired if s.done is not None and s.done.query()]  # type: ignore[no-untyped-call]
+            self._retired = [s for s in self._retired if s not in finished]
+        for step in finished:
+            self._release(step)
+
+    def _release(self, step: _Step) -> None:
+        for tenant, keys in step.pins:
+            self.pool.release(tenant, keys)
+
+    @property
+    def _arenas(self) -> torch.Tensor:
+        arenas = getattr(self, "_arena_table", None)
+        if arenas is None:  # arenas never move once made: build the address table once
+            addresses = self.pool.arena_addresses()
+            arenas = torch.tensor(addresses, dtype=torch.int64).to(self.device)
+            self._arena_table = arenas
+        return arenas
+
+    def _plan(
+        self, loads: list[LoadRequest], residents: list[list[Resident]]
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], bool]:
+        """Vectorised per load (no Python loop over tokens): the int64 tables, on the device."""
+        token_rows: list[np.ndarray] = []  # each [n, 4]: fact, local token, delta, slot
+        facts: list[int] = []  # flattened [F, 3]: arena, stored tokens, first slab-table row
+        slab_table: list[int] = []
+        on_host = False
+        for load, found in zip(loads, residents, strict=True):
+            base = len(facts) // inject.FACT_FIELDS
+            where: dict[FactKey, int] = {}
+            for resident in found:
+                if resident.n_layers != self.shape.n_layers:
+                    raise ValueError(f"{resident.key} was encoded for another model shape")
+                where[resident.key] = len(where)
+                facts += [resident.arena, resident.n_tokens, len(slab_table)]
+                slab_table += resident.slabs
+                on_host = on_host or resident.arena == HOST_ARENA
+            lengths = np.array([r.n_tokens for r in found], dtype=np.int64)
+            stored_at = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # [F] offsets into stored
+            stored = np.fromiter(
+                (p for r in found for p in r.positions), np.int64, int(lengths.sum())
+            )  # [sum n] capture positions of every fact
+            fact = np.array([where[p.key] for p in load.pieces], dtype=np.int64)  # [P]
+            src = np.array([p.src_offset for p in load.pieces], dtype=np.int64)
+            dst = np.array([p.position for p in load.pieces], dtype=np.int64)
+            count = np.array([p.n for p in load.pieces], dtype=np.int64)
+            total = int(count.sum())
+            if total != len(load.slots):
+                raise ValueError("load pieces do not cover the claimed slots")
+            piece = np.repeat(np.arange(len(count)), count)  # [n] piece of each token
+            step = np.arange(total) - np.repeat(np.cumsum(count) - count, count)  # [n]
+            local = src[piece] + step
+            rows = np.empty((total, inject.TOKEN_FIELDS), dtype=np.int64)
+            rows[:, 0] = base + fact[piece]
+            rows[:, 1] = local
+            rows[:, 2] = dst[piece] + step - stored[stored_at[fact[piece]] + local]
+            rows[:, 3] = np.asarray(load.slots, dtype=np.int64)
+            token_rows.append(rows)
+        tokens = np.concatenate(token_rows) if token_rows else np.empty((0, 4), np.int64)
+        if len(tokens) and int(np.abs(tokens[:, 2]).max()) >= self._max_position:
+            raise ValueError("a position change is beyond the RoPE table")
+        packed_host = torch.from_numpy(
+            np.concatenate([tokens.ravel(), np.asarray(facts + slab_table, dtype=np.int64)])
+        )
+        if self._cuda:
+            packed_host = packed_host.pin_memory()
+        packed = packed_host.to(self.device, non_blocking=True)
+        n_tok, n_fact = tokens.size, len(facts)
+        plan = (
+            packed[:n_tok].view(-1, inject.TOKEN_FIELDS),
+            packed[n_tok : n_tok + n_fact].view(-1, inject.FACT_FIELDS),
+            packed[n_tok + n_fact :],
+        )
+        return plan, on_host

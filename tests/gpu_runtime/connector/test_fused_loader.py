@@ -1,0 +1,131 @@
+"""The fused injection kernel (run by Triton's interpreter on CPU) against the PyTorch path.
+
+Two FlashAttention-layout caches receive the same loads, one through ``WorkerHalf``'s PyTorch
+gather/rotate/scatter, one through ``FusedLoader``: values must be bit-identical, keys equal to
+within one bf16 rounding (the kernel may fuse multiply-adds) and bit-identical where a fact is
+injected at its capture positions. Facts come from both arenas of a tiered pool, so the host
+tier is read in place, and pins are released afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_runtime.connector.metadata import InjectionMetadata, LoadPiece, LoadRequest
+from gpu_runtime.connector.worker import WorkerHalf
+from gpu_runtime.kernels import inject
+from gpu_runtime.layouts import CacheGeometry, FlashLogicalLayout
+from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.tensors import TieredKVPool
+from gpu_runtime.rope import RopeRotator
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+from tests.gpu_runtime.test_rope import table
+
+pytestmark = [
+    pytest.mark.unit,
+    pytest.mark.skipif(not inject.available(), reason="Triton is not installed"),
+]
+
+CFG = EncodingConfig("m", 0, 1)
+T = TenantId("t")
+LAYERS, BLOCKS, BLOCK = 3, 12, 4
+
+
+def fact(seed: int, n: int, heads: int, head: int, at: int) -> FactKV:
+    g = torch.Generator().manual_seed(seed)
+    shape = (LAYERS, n, heads, head)
+    keys, values = torch.randn(*shape, generator=g), torch.randn(*shape, generator=g)
+    return FactKV.build(keys.bfloat16(), values.bfloat16(), torch.arange(at, at + n))
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])  # cuda: on the H200
+
+
+def caches(heads: int, head: int, device: str) -> dict[str, torch.Tensor]:
+    shape = (BLOCKS, heads, BLOCK, 2 * head)
+    return {
+        f"model.layers.{i}.self_attn.attn": torch.zeros(shape, dtype=torch.bfloat16, device=device)
+        for i in range(LAYERS)
+    }
+
+
+def worker(
+    pool: TieredKVPool, rot: RopeRotator, heads: int, head: int, fused: bool, device: str = "cpu"
+) -> WorkerHalf:
+    layout = FlashLogicalLayout(CacheGeometry(heads, head, BLOCK, torch.bfloat16))
+    half = WorkerHalf(pool, rot, layout, fused=fused)
+    half.register(caches(heads, head, device), "FLASH_ATTN")
+    return half
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize(
+    ("heads", "head", "rotary", "neox"), [(2, 16, 16, True), (3, 16, 8, False), (2, 8, 8, True)]
+)
+def test_fused_matches_pytorch_path_across_tiers(
+    tmp_path: Path, heads: int, head: int, rotary: int, neox: bool, device: str
+) -> None:
+    row = heads * head * 2
+    slab = row * 4  # 4 token rows per slab: every fact spans several, non-contiguous slabs
+    pool = TieredKVPool.create(tmp_path, 6 * slab, 64 * slab, slab)
+    pool.bind_device(torch.device(device))  # on cuda the host arena is pinned, read in place
+    rot = RopeRotator(table(512, rotary), head, rotary, neox)
+    lengths = {"a": 5, "b": 3, "c": 7}
+    facts = {name: fact(i, n, heads, head, at=100 + 10 * i) for i, (name, n) in
+             enumerate(lengths.items())}  # fmt: skip
+    keys = {name: FactKey.for_fact(T, name, 1, CFG) for name in facts}
+    for name, kv in facts.items():
+        pool.put(T, keys[name], kv)
+    on_gpu = pool.stats(T)["gpu_entries"]
+    assert 0 < on_gpu < len(facts)  # both arenas take part
+
+    # "a" lands later in the prompt, "b" exactly where it was captured, "c" earlier (delta < 0)
+    pieces = (
+        LoadPiece(keys["b"], 0, 3, position=110),
+        LoadPiece(keys["a"], 1, 4, position=300),
+        LoadPiece(keys["c"], 0, 7, position=20),
+    )
+    slots = tuple(torch.randperm(BLOCKS * BLOCK, generator=torch.Generator().manual_seed(7))[:14])
+    load = LoadRequest("r1", T, pieces, tuple(int(s) for s in slots))
+
+    slow = worker(pool, rot, heads, head, False, device)
+    fast = worker(pool, rot, heads, head, True, device)
+    assert slow.fused is None and fast.fused is not None
+    fast.start_load(InjectionMetadata(loads=[load]))
+    for name in fast.layers:  # as vLLM's attention layers do, in order (layer-wise on cuda)
+        fast.wait_layer(name)
+    fast.finish_step()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    pool.demote(T, [], Tier.HOST)  # planning a demotion first reclaims finished readers' pins
+    stats = pool.stats(T)
+    assert stats["pinned"] == 0  # every pin was released
+    assert stats["gpu_entries"] == on_gpu  # host-tier facts were read in place, not promoted
+    slow.start_load(InjectionMetadata(loads=[load]))  # (promotes host-tier facts as it reads)
+
+    exact = torch.tensor(load.slots[:3])  # fact "b": no rotation at all
+    for name in slow.layers:
+        a, b = slow._kv[name].cpu(), fast._kv[name].cpu()
+        d = head
+        assert torch.equal(a[..., d:], b[..., d:])  # values, and untouched slots, bit-identical
+        ka, kb = a[..., :d].float(), b[..., :d].float()
+        assert torch.allclose(ka, kb, rtol=2**-7, atol=1e-3)
+        layout = FlashLogicalLayout(CacheGeometry(heads, head, BLOCK, torch.bfloat16))
+        assert torch.equal(layout.read(a, exact)[0], layout.read(b, exact)[0])
+        assert b.abs().sum() > 0
+
+
+def test_fused_loader_falls_back_when_a_fact_is_gone(tmp_path: Path) -> None:
+    heads, head = 2, 16
+    slab = heads * head * 2 * 4
+    pool = TieredKVPool.create(tmp_path, 4 * slab, 8 * slab, slab)
+    rot = RopeRotator(table(64, head), head, head, True)
+    key = FactKey.for_fact(T, "gone", 1, CFG)
+    fast = worker(pool, rot, heads, head, True)
+    assert fast.fused is not None
+    load = LoadRequest("r", T, (LoadPiece(key, 0, 2, position=0),), (0, 1))
+    assert fast.fused.start([load]) is False  # the worker then raises MissingKVError itself
