@@ -233,16 +233,21 @@ class FusedLoader:
         tokens = np.concatenate(token_rows) if token_rows else np.empty((0, 4), np.int64)
         if len(tokens) and int(np.abs(tokens[:, 2]).max()) >= self._max_position:
             raise ValueError("a position change is beyond the RoPE table")
-        packed_host = torch.from_numpy(
-            np.concatenate([tokens.ravel(), np.asarray(facts + slab_table, dtype=np.int64)])
-        )
+        # Each table starts 16-byte aligned: Triton specialises pointers on alignment, and
+        # varying it would compile new kernel variants mid-serving.
+        parts = [tokens.ravel(), np.asarray(facts, np.int64), np.asarray(slab_table, np.int64)]
+        sizes = [len(p) + len(p) % 2 for p in parts]
+        flat = np.zeros(sum(sizes), dtype=np.int64)
+        offsets = np.concatenate(([0], np.cumsum(sizes)))
+        for part, at in zip(parts, offsets, strict=False):
+            flat[at : at + len(part)] = part
+        packed_host = torch.from_numpy(flat)
         if self._cuda:
             packed_host = packed_host.pin_memory()
         packed = packed_host.to(self.device, non_blocking=True)
-        n_tok, n_fact = tokens.size, len(facts)
         plan = (
-            packed[:n_tok].view(-1, inject.TOKEN_FIELDS),
-            packed[n_tok : n_tok + n_fact].view(-1, inject.FACT_FIELDS),
-            packed[n_tok + n_fact :],
+            packed[offsets[0] : offsets[0] + len(parts[0])].view(-1, inject.TOKEN_FIELDS),
+            packed[offsets[1] : offsets[1] + len(parts[1])].view(-1, inject.FACT_FIELDS),
+            packed[offsets[2] : offsets[2] + len(parts[2])],
         )
         return plan, on_host
