@@ -160,6 +160,9 @@ class InjectionRuntime:
         config = prompt.segment.config
         if mode is Mode.KV:
             self.ensure_preamble(tenant, prompt)
+            # Host-tier facts start their copy to the GPU tier now, overlapping admission,
+            # scheduling and input preparation instead of the forward.
+            self.store.prefetch(tenant, [span.key for span in prompt.segment.spans])
             params = encode_params(tenant, config, inject=prompt.segment.spans)
             return params, cache_salt(tenant, f"{config.fingerprint()}|{self._epoch(tenant)}")
         return None, cache_salt(tenant, f"prompt|{self._epoch(tenant)}")

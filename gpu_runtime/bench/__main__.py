@@ -46,8 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offload-k", type=int, default=50)
     parser.add_argument("--windows", default="0,5,20", help="encode: context windows w")
     parser.add_argument("--encode-facts", type=int, default=200, help="encode: facts per w")
+    parser.add_argument("--trace-connector", action="store_true", help="time our vLLM hooks")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    if args.trace_connector:  # read when the connector module is imported
+        import os
+
+        os.environ["INFERSCALE_TRACE_CONNECTOR"] = "1"
 
     import tempfile
 
@@ -85,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     need = max([*ks, args.throughput_k * 2])
     tokenize = _tokenizer(llm, args.tokenizer)
-    workload = Workload.build(llm, locomo_facts(locomo, max(need, 300)), tokenize)
+    workload = Workload.build(llm, locomo_facts(locomo, max(need, 300)), tokenize, store=pool)
     t0 = time.perf_counter()
     workload.encode_all()
     encode_s = time.perf_counter() - t0
@@ -102,7 +107,14 @@ def main(argv: list[str] | None = None) -> int:
         "mean_fact_tokens": sum(map(len, workload.facts)) / len(workload.facts),
     }
     if args.what in ("all", "ttft"):
+        from gpu_runtime.connector import timing
+
+        timing.reset()
         result["ttft"] = ttft_vs_k(workload, ks, args.repeats)
+        if timing.ENABLED:  # hooks' CPU time over every TTFT request of the run
+            result["connector_timings_ttft"] = timing.snapshot()
+            for hook, row in result["connector_timings_ttft"].items():
+                print(f"hook {hook:<28} {row['calls']:>6} calls {row['mean_us']:9.1f} us")
     if args.what in ("all", "throughput"):
         result["throughput"] = throughput(workload, users, args.throughput_k, args.max_tokens)
     if args.what in ("all", "offload"):

@@ -10,12 +10,15 @@ from typing import Any
 
 from gpu_runtime.bench.workload import Workload
 from gpu_runtime.connector.wire import encode_params
-from gpu_runtime.types import cache_salt
+from gpu_runtime.types import FactKey, cache_salt
 
 MODES = ("kv", "prompt", "prompt_prefix_cache")
 
 
-def _request(w: Workload, mode: str, fact_ids: list[int], salt_tag: str) -> tuple[Any, Any, int]:
+Request = tuple[Any, Any, list[FactKey]]  # (prompt, kv_transfer_params, keys to prefetch)
+
+
+def _request(w: Workload, mode: str, fact_ids: list[int], salt_tag: str) -> Request:
     from vllm.inputs import TokensPrompt
 
     ids, spans = w.prompt(fact_ids, w.query())
@@ -24,12 +27,21 @@ def _request(w: Workload, mode: str, fact_ids: list[int], salt_tag: str) -> tupl
         salt = cache_salt(w.tenant, f"prefix-{salt_tag}")  # shared: facts reused across requests
     else:
         salt = cache_salt(w.tenant, uuid.uuid4().hex)  # fresh: nothing reused
-    injected = spans[-1].end if params else 0
-    return TokensPrompt(prompt_token_ids=ids, cache_salt=salt), params, injected
+    keys = [span.key for span in spans] if params else []
+    return TokensPrompt(prompt_token_ids=ids, cache_salt=salt), params, keys
 
 
-def _ttft(w: Workload, prompt: Any, params: Any, max_tokens: int = 1) -> tuple[float, float, int]:
+def _ttft(
+    w: Workload,
+    prompt: Any,
+    params: Any,
+    max_tokens: int = 1,
+    prefetch: list[FactKey] | None = None,
+) -> tuple[float, float, int]:
+    """As the runtime serves a kv request: the facts' prefetch starts the clock."""
     started = time.perf_counter()
+    if prefetch and w.store is not None:
+        w.store.prefetch(w.tenant, prefetch)
     first, cached = None, 0
     for output in w.loop.stream(prompt, w.sampling(max_tokens, params)):
         if first is None:
@@ -53,8 +65,8 @@ def ttft_vs_k(w: Workload, ks: list[int], repeats: int, warmup: int = 2) -> list
     cached: dict[tuple[int, str], int] = {}
     for i in range(warmup + repeats):
         for k, mode in cells:
-            prompt, params, _ = _request(w, mode, list(range(k)), f"k{k}")
-            ttft, _, cached[(k, mode)] = _ttft(w, prompt, params)
+            prompt, params, keys = _request(w, mode, list(range(k)), f"k{k}")
+            ttft, _, cached[(k, mode)] = _ttft(w, prompt, params, prefetch=keys)
             if i >= warmup:
                 samples[(k, mode)].append(ttft)
     rows = []
@@ -68,13 +80,13 @@ def ttft_vs_k(w: Workload, ks: list[int], repeats: int, warmup: int = 2) -> list
     return rows
 
 
-def _concurrently(w: Workload, requests: list[tuple[Any, Any]], max_tokens: int) -> list[float]:
+def _concurrently(w: Workload, requests: list[Request], max_tokens: int) -> list[float]:
     """Submit all at once (one thread each, as independent clients); their TTFTs in ms."""
     ttfts: list[float] = []
     lock = threading.Lock()
 
-    def one(prompt: Any, params: Any) -> None:
-        ttft, _, _ = _ttft(w, prompt, params, max_tokens)
+    def one(prompt: Any, params: Any, keys: list[FactKey]) -> None:
+        ttft, _, _ = _ttft(w, prompt, params, max_tokens, keys)
         with lock:
             ttfts.append(ttft)
 
@@ -100,8 +112,7 @@ def throughput(
                 requests = []
                 for u in range(n):
                     fact_ids = sorted({(u * 7 + j) % pool for j in range(k)})
-                    prompt, params, _ = _request(w, mode, fact_ids, f"u{u}")
-                    requests.append((prompt, params))
+                    requests.append(_request(w, mode, fact_ids, f"u{u}"))
                 ttfts += _concurrently(w, requests, max_tokens)
             elapsed = time.perf_counter() - started
             rows.append(
@@ -115,18 +126,23 @@ def throughput(
     return rows
 
 
+OFFLOAD_CELLS = ("gpu", "host", "host_prefetch")
+
+
 def offload(w: Workload, pool: Any, k: int, repeats: int, warmup: int = 2) -> dict[str, Any]:
-    """kv TTFT at ``k`` with the facts on the GPU tier vs on the pinned host tier, alternating
-    request by request in one run: before each request the facts are promoted to the GPU tier
-    (read through the pool) or demoted to the host tier, outside the timed region."""
+    """kv TTFT at ``k`` with the facts on the GPU tier, on the pinned host tier read layer by
+    layer during the forward (``host``), and on the host tier with the runtime's prefetch at
+    submission (``host_prefetch``), alternating request by request in one run. Facts are moved
+    between requests, outside the timed region."""
     from gpu_runtime.pool.index import Tier
 
     fact_ids = list(range(k))
     keys = [w.keys[i] for i in fact_ids] + [w.preamble_key]
-    samples: dict[str, list[float]] = {"gpu": [], "host": []}
-    resident = {"gpu": len(keys), "host": len(keys)}  # fewest facts seen on the tier measured
+    samples: dict[str, list[float]] = {cell: [] for cell in OFFLOAD_CELLS}
+    resident = dict.fromkeys(OFFLOAD_CELLS, len(keys))  # fewest facts seen on the tier measured
     for i in range(warmup + repeats):
-        for tier in ("gpu", "host"):
+        for cell in OFFLOAD_CELLS:
+            tier = "gpu" if cell == "gpu" else "host"
             if tier == "host":
                 pool.demote(w.tenant, keys, Tier.HOST)
             else:
@@ -135,15 +151,16 @@ def offload(w: Workload, pool: Any, k: int, repeats: int, warmup: int = 2) -> di
             placed = pool.index.placements(w.tenant, keys)
             on_tier = sum(1 for p in placed if p is not None and p[0].value == tier)
             prompt, params, _ = _request(w, "kv", fact_ids, "offload")
-            ttft, _, _ = _ttft(w, prompt, params)
+            ttft, _, _ = _ttft(w, prompt, params, prefetch=keys if cell != "host" else None)
             if i >= warmup:
-                samples[tier].append(ttft)
-                resident[tier] = min(resident[tier], on_tier)
-    result: dict[str, Any] = {"k": k, **{tier: summary(v) for tier, v in samples.items()}}
+                samples[cell].append(ttft)
+                resident[cell] = min(resident[cell], on_tier)
+    result: dict[str, Any] = {"k": k, **{cell: summary(v) for cell, v in samples.items()}}
     result["segments"] = len(keys)
     result["resident"] = resident  # < segments: the tier was too small for all of them
-    for tier in ("gpu", "host"):
-        median = result[tier]["median"]
-        print(f"offload k={k} on {tier:<4} ({resident[tier]}/{len(keys)}) {median:.2f} ms")
+    for cell in OFFLOAD_CELLS:
+        median = result[cell]["median"]
+        print(f"offload k={k} {cell:<13} ({resident[cell]}/{len(keys)}) {median:.2f} ms")
     result["penalty_ms"] = result["host"]["median"] - result["gpu"]["median"]
+    result["prefetch_penalty_ms"] = result["host_prefetch"]["median"] - result["gpu"]["median"]
     return result

@@ -71,6 +71,7 @@ class Workload:
     preamble_key: FactKey
     vocab: int
     rng: random.Random
+    store: Any = None  # the engine's KV store: kv requests prefetch through it, as served
 
     @classmethod
     def build(
@@ -80,6 +81,7 @@ class Workload:
         tokenize: Any,
         seed: int = 0,
         loop: EngineLoop | None = None,
+        store: Any = None,
     ) -> Workload:
         """``loop``: the engine's existing loop, if it has one (one loop may step an engine)."""
         vocab = int(llm.llm_engine.vllm_config.model_config.get_vocab_size())
@@ -95,7 +97,7 @@ class Workload:
         pre_key = FactKey.preamble(tenant, tuple(preamble), config)
         return cls(
             llm, loop or EngineLoop(llm), tenant, config, preamble, facts, keys, pre_key, vocab,
-            random.Random(seed),
+            random.Random(seed), store,
         )  # fmt: skip
 
     def sampling(self, max_tokens: int, params: dict[str, Any] | None) -> Any:

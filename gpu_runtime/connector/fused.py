@@ -112,6 +112,12 @@ class FusedLoader:
             raise
         step = _Step(pins, plan, layerwise=self._cuda and on_host)
         self._step = step
+        if self._cuda:  # facts promoted by a prefetch whose copy may still be landing
+            current = torch.cuda.current_stream(self.device)
+            for found in residents:
+                for resident in found:
+                    if resident.ready is not None:
+                        current.wait_event(resident.ready)
         if step.layerwise:
             assert self._stream is not None
             self._stream.wait_stream(torch.cuda.current_stream(self.device))  # blocks now free

@@ -23,6 +23,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from gpu_runtime.connector.metadata import InjectionMetadata
 from gpu_runtime.connector.scheduler import SchedulerHalf
+from gpu_runtime.connector.timing import timed
 from gpu_runtime.connector.wire import TransferParams, decode_params
 from gpu_runtime.connector.worker import WorkerHalf
 from gpu_runtime.errors import UnsupportedLayoutError
@@ -159,15 +160,18 @@ class InferScaleConnector(KVConnectorBase_V1):
         meta = self._get_connector_metadata()
         return meta.payload if isinstance(meta, InjectionConnectorMetadata) else None
 
+    @timed("start_load_kv")
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         payload = self._payload()
         if payload is not None and payload.loads and self._worker is not None:
             self._worker.start_load(payload)
 
+    @timed("wait_for_layer_load")
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._worker is not None:  # layer-wise fused loads: order this layer after its load
             self._worker.wait_layer(layer_name)
 
+    @timed("save_kv_layer")
     def save_kv_layer(
         self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
     ) -> None:
@@ -175,6 +179,7 @@ class InferScaleConnector(KVConnectorBase_V1):
         if payload is not None and payload.captures and self._worker is not None:
             self._worker.save_layer(payload.captures, layer_name, kv_layer)
 
+    @timed("wait_for_save")
     def wait_for_save(self) -> None:
         if self._worker is not None:
             self._worker.finish_step()
@@ -185,6 +190,7 @@ class InferScaleConnector(KVConnectorBase_V1):
             self._decoded[req_id] = raw()
         return self._decoded[req_id]
 
+    @timed("get_num_new_matched_tokens")
     def get_num_new_matched_tokens(
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int, bool]:
@@ -195,6 +201,7 @@ class InferScaleConnector(KVConnectorBase_V1):
         )
         return n, False  # synchronous: vLLM then calls start_load_kv before the forward
 
+    @timed("update_state_after_alloc")
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         assert self._scheduler is not None
         params = self._params(request.request_id, lambda: _params_of(request))
@@ -202,6 +209,7 @@ class InferScaleConnector(KVConnectorBase_V1):
             request.request_id, params, blocks.get_block_ids()[0], num_external_tokens
         )
 
+    @timed("build_connector_meta")
     def build_connector_meta(self, scheduler_output: Any) -> KVConnectorMetadata:
         assert self._scheduler is not None
         scheduled: list[tuple[str, int, int]] = []
@@ -220,6 +228,7 @@ class InferScaleConnector(KVConnectorBase_V1):
             scheduled.append((req_id, cached.num_computed_tokens[i], counts.get(req_id, 0)))
         return InjectionConnectorMetadata(self._scheduler.build(scheduled))
 
+    @timed("request_finished")
     def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, None]:
         self._decoded.pop(request.request_id, None)
         if self._scheduler is not None:

@@ -255,6 +255,24 @@ class ResidencyIndex:
                         break
             return moves
 
+    def prefetch(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
+        """Promotes unpinned entries towards GPU ahead of a request (no pin, no use counted).
+
+        Pinned entries stay where they are: an in-flight request may be reading their slabs.
+        Absent keys are skipped; the request itself reloads them from disk.
+        """
+        wanted = _distinct(tenant, keys)
+        with self._lock:
+            moves: list[Move] = []
+            for key in wanted:
+                entry = self._live(tenant, key)
+                if entry is None or entry.pins or entry.tier is Tier.GPU:
+                    continue
+                for tier in _MEMORY_TIERS:
+                    if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
+                        break
+            return moves
+
     def demote(self, tenant: TenantId, keys: Iterable[FactKey], tier: Tier) -> list[Move]:
         """Moves unpinned entries down to ``tier`` (HOST or DISK), e.g. to measure offload cost
         or to make room ahead of a known burst; pinned or already slower entries stay."""

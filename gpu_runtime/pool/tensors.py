@@ -91,9 +91,14 @@ class SlabArena:
         return self.data[index].flatten()[:nbytes]  # [nbytes] uint8
 
     def copy_slabs(self, source: SlabArena, src: tuple[int, ...], dst: tuple[int, ...]) -> None:
-        """Slab by slab between arenas: direct (pinned) DMA, no gather or staging buffer."""
-        for s, d in zip(src, dst, strict=True):
-            self.data[d].copy_(source.data[s], non_blocking=True)
+        """Between arenas by direct (pinned) DMA, one copy per run of consecutive slabs on both
+        sides (the allocator hands out lowest ids first, so a fact is usually one run)."""
+        start = 0
+        for i in range(1, len(src) + 1):
+            if i == len(src) or src[i] != src[i - 1] + 1 or dst[i] != dst[i - 1] + 1:
+                s, d, n = src[start], dst[start], i - start
+                self.data[d : d + n].copy_(source.data[s : s + n], non_blocking=True)
+                start = i
 
 
 @dataclass(frozen=True)
@@ -106,6 +111,7 @@ class Resident:
     n_tokens: int
     n_layers: int
     positions: tuple[int, ...]
+    ready: torch.cuda.Event | None = None  # a promotion copy the reader must wait for
 
 
 class TieredKVPool:
@@ -125,6 +131,7 @@ class TieredKVPool:
         self.metrics = PoolMetrics()
         self._stream: torch.cuda.Stream | None = None
         self._reclaimers: list[Callable[[], None]] = []
+        self._landing: dict[FactKey, torch.cuda.Event] = {}  # GPU-tier copies still in flight
 
     @classmethod
     def create(
@@ -149,7 +156,7 @@ class TieredKVPool:
                 self._arenas[tier] = SlabArena(self._host_slabs, slab, torch.device("cpu"), pinned)
         return self._arenas[tier]
 
-    def _apply(self, moves: list[Move] | tuple[Move, ...]) -> None:
+    def _apply(self, moves: list[Move] | tuple[Move, ...], *, join: bool = True) -> None:
         """In the order given: a later move may reuse slabs an earlier one vacated."""
         for move in moves:
             if move.dst_tier is Tier.DISK:
@@ -166,18 +173,23 @@ class TieredKVPool:
                 continue
             if move.src_tier is Tier.GPU:
                 self.metrics.eviction(move.key.tenant, Tier.GPU)
-            self._on_side_stream(partial(self._move_slabs, move))
+            self._on_side_stream(partial(self._move_slabs, move), join=join)
 
     def _move_slabs(self, move: Move) -> None:
         self._arena(move.dst_tier).copy_slabs(
             self._arena(move.src_tier), move.src_slabs, move.dst_slabs
         )
+        if move.dst_tier is Tier.GPU and self._stream is not None:
+            landed = torch.cuda.Event()  # type: ignore[no-untyped-call]
+            landed.record(self._stream)
+            self._landing[move.key] = landed
 
     def _copy(self, tier: Tier, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
         self._on_side_stream(lambda: self._arena(tier).write(slabs, blob))
 
-    def _on_side_stream(self, work: Callable[[], None]) -> None:
-        """Evictions and promotions run off the compute stream; later compute waits for them."""
+    def _on_side_stream(self, work: Callable[[], None], *, join: bool = True) -> None:
+        """Evictions and promotions run off the compute stream; with ``join`` the caller's
+        stream waits for them, else readers wait on the per-fact ``_landing`` events."""
         if self.device.type != "cuda":
             work()
             return
@@ -186,7 +198,8 @@ class TieredKVPool:
         self._stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(self._stream):
             work()
-        torch.cuda.current_stream(self.device).wait_stream(self._stream)
+        if join:
+            torch.cuda.current_stream(self.device).wait_stream(self._stream)
 
     def _host_reads_safe(self) -> None:
         """CPU-side reads of pinned slabs must not race an eviction copy still in flight."""
@@ -230,6 +243,9 @@ class TieredKVPool:
                 else:
                     if entry.tier is Tier.HOST:
                         self._host_reads_safe()
+                    landing = self._landing.pop(key, None)
+                    if landing is not None and entry.tier is Tier.GPU:
+                        torch.cuda.current_stream(self.device).wait_event(landing)
                     kv = _unpack(self._arena(entry.tier).read(entry.slabs, packing.nbytes), packing)
             finally:
                 for freed in self.index.unpin(tenant, [key]):
@@ -269,9 +285,13 @@ class TieredKVPool:
                     return None
                 tier, slabs = placed
                 layers, n_tokens = packing.shape[0], packing.shape[1]
+                landing = self._landing.get(key) if tier is Tier.GPU else None
+                if landing is not None and landing.query():  # type: ignore[no-untyped-call]
+                    del self._landing[key]
+                    landing = None
                 resident.append(
                     Resident(key, self.ARENAS.index(tier), slabs, n_tokens, layers,
-                             packing.positions)
+                             packing.positions, landing)
                 )  # fmt: skip
         elapsed = (time.perf_counter() - started) / max(len(keys), 1)
         for arena, tier in enumerate(self.ARENAS):
@@ -289,6 +309,16 @@ class TieredKVPool:
         for reclaim in self._reclaimers:
             reclaim()
 
+    def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
+        """Starts promoting a request's facts to the GPU tier as soon as they are known (at
+        retrieval), so the host->GPU copy overlaps everything before the forward. Asynchronous
+        on CUDA: a reader waits on the fact's landing event, never on the whole pool."""
+        self._reclaim()
+        with self._lock, torch.inference_mode():
+            self._apply(self.index.prefetch(tenant, keys), join=False)
+            for key in [k for k, e in self._landing.items() if e.query()]:  # type: ignore[no-untyped-call]
+                del self._landing[key]  # landed: readers need not wait
+
     def release(self, tenant: TenantId, keys: list[FactKey]) -> None:
         with self._lock:
             for freed in self.index.unpin(tenant, keys):
@@ -301,6 +331,7 @@ class TieredKVPool:
         with self._lock:
             held = self.index.remove(tenant, key) is not None
             self._packings.pop(key, None)
+            self._landing.pop(key, None)
         return self.disk.delete(key) or held
 
     def delete_tenant(self, tenant: TenantId) -> None:

@@ -73,6 +73,9 @@ class InMemoryKVStore:
         if self.disk is not None:
             self.disk.delete_tenant(tenant)
 
+    def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
+        return None  # one tier: nothing to move ahead of a request
+
     def keys(self, tenant: TenantId) -> list[FactKey]:
         with self._lock:
             held = set(self._by_tenant.get(tenant, {}))

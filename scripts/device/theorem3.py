@@ -116,9 +116,19 @@ def main() -> None:
             cache_salt(tenant, config.fingerprint() + name + "host"),
             encode_params(tenant, config, inject=spans),
         )
+        # And once more from the host tier with the runtime's prefetch (async copy to GPU).
+        pool.demote(tenant, [s.key for s in spans], Tier.HOST)  # type: ignore[attr-defined]
+        pool.prefetch(tenant, [s.key for s in spans])  # type: ignore[attr-defined]
+        prefetched, lp_prefetched, _ = run(
+            ids,
+            cache_salt(tenant, config.fingerprint() + name + "prefetch"),
+            encode_params(tenant, config, inject=spans),
+        )
         results.append(
             {
                 "model": Path(model).name,
+                "greedy_equal_prefetched_vs_injected": prefetched == injected,
+                "top5_logprobs_bitwise_prefetched_vs_reused": lp_prefetched == lp_reused,
                 "greedy_equal_host_tier_vs_injected": from_host == injected,
                 "top5_logprobs_bitwise_host_tier_vs_reused": lp_host == lp_reused,
                 "host_tier_stats": pool.stats(tenant),  # type: ignore[attr-defined]

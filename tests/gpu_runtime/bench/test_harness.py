@@ -24,6 +24,7 @@ def test_ttft_and_throughput_harness(runtime: Any, tmp_path: Path) -> None:
         locomo_facts(locomo_dir(), 12),
         lambda text: tokenizer.encode(text, add_special_tokens=False),
         loop=runtime.loop,
+        store=runtime.store,
     )
     workload.encode_all(batch=8)
     assert runtime.store.contains_all(workload.tenant, [*workload.keys, workload.preamble_key])
@@ -42,7 +43,8 @@ def test_ttft_and_throughput_harness(runtime: Any, tmp_path: Path) -> None:
     assert all(r["requests_per_s"] > 0 for r in rows)
 
     moved = offload(workload, runtime.store, k=4, repeats=1, warmup=0)
-    assert moved["gpu"]["n"] == moved["host"]["n"] == 1 and "penalty_ms" in moved
+    assert moved["gpu"]["n"] == moved["host"]["n"] == moved["host_prefetch"]["n"] == 1
+    assert "penalty_ms" in moved and "prefetch_penalty_ms" in moved
 
     encode = tokenizer.encode
     samples = {

@@ -541,3 +541,19 @@ def test_index_imports_neither_torch_nor_numpy() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     )
     assert result.stdout.strip() == ""
+
+
+def test_prefetch_promotes_unpinned_entries_and_leaves_pinned_ones_in_place() -> None:
+    idx = index(gpu=2, host=2)
+    worker = Worker()
+    for name in ("k1", "k2", "k3", "k4"):  # k1, k2 end up on HOST
+        worker.place(k(A, name), idx.admit(A, k(A, name), SLAB))
+    idx.pin(A, [k(A, "k2")], promote=False)  # an in-flight reader of k2's host slabs
+    assert tier_of(idx, k(A, "k2")) is Tier.HOST
+    moves = idx.prefetch(A, [k(A, "k1"), k(A, "k2"), k(A, "gone")])
+    worker.apply(moves)
+    worker.matches(idx, [A])
+    assert tier_of(idx, k(A, "k1")) is Tier.GPU  # promoted, an LRU GPU entry made room
+    assert tier_of(idx, k(A, "k2")) is Tier.HOST  # pinned: its slabs must not move
+    assert all(m.key != k(A, "k2") for m in moves)
+    assert idx.stats(A)["pinned"] == 1  # prefetch pins nothing itself

@@ -95,3 +95,21 @@ def test_demote_to_host_then_reload_is_exact(tmp_path: Path) -> None:
     assert p.index.lookup(T, key).tier is Tier.GPU  # type: ignore[union-attr]
     p.demote(T, [key], Tier.DISK)
     assert p.index.lookup(T, key).tier is Tier.DISK and same(p.get(T, key), kv(7))  # type: ignore[union-attr]
+
+
+def test_prefetch_moves_host_facts_to_the_gpu_tier_bit_identically(tmp_path: Path) -> None:
+    p = pool(tmp_path)
+    items = {FactKey.for_fact(T, f"f{i}", 1, CFG): kv(i) for i in range(4)}
+    for key, value in items.items():
+        p.put(T, key, value)
+    placements = p.index.placements(T, list(items))
+    on_host = [key for key, at in zip(items, placements, strict=True) if at and at[0] is Tier.HOST]
+    assert on_host
+    p.prefetch(T, on_host[:1])
+    placed = p.index.placements(T, on_host[:1])[0]
+    assert placed is not None and placed[0] is Tier.GPU
+    resident = p.acquire(T, on_host[:1])
+    assert resident is not None and resident[0].arena == 0  # read from the GPU arena now
+    p.release(T, on_host[:1])
+    for key, value in items.items():
+        assert same(p.get(T, key), value)

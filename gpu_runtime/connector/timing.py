@@ -1,0 +1,56 @@
+"""Opt-in wall-clock accounting of the connector's hooks (``INFERSCALE_TRACE_CONNECTOR=1``).
+
+Answers "how much of a kv request's TTFT is spent in our own code" on a real engine: every hook
+vLLM calls is timed (CPU time on the calling thread; GPU work it enqueues is not waited for).
+Off by default: the decorator then returns the function unchanged.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+ENABLED = os.environ.get("INFERSCALE_TRACE_CONNECTOR") == "1"
+_totals: dict[str, list[float]] = {}  # hook -> [calls, seconds]
+_lock = threading.Lock()
+
+
+def timed(name: str) -> Callable[[F], F]:
+    def wrap(fn: F) -> F:
+        if not ENABLED:
+            return fn
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - started
+                with _lock:
+                    total = _totals.setdefault(name, [0, 0.0])
+                    total[0] += 1
+                    total[1] += elapsed
+
+        return run  # type: ignore[return-value]
+
+    return wrap
+
+
+def reset() -> None:
+    with _lock:
+        _totals.clear()
+
+
+def snapshot() -> dict[str, dict[str, float]]:
+    """Per hook: calls, total ms and mean µs per call since the last ``reset``."""
+    with _lock:
+        return {
+            name: {"calls": calls, "total_ms": secs * 1e3, "mean_us": secs * 1e6 / max(calls, 1)}
+            for name, (calls, secs) in sorted(_totals.items())
+        }

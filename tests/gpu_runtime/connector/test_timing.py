@@ -1,0 +1,36 @@
+"""Connector hook timing: a no-op unless enabled, and counts calls and time when it is."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gpu_runtime.connector import timing
+
+pytestmark = pytest.mark.unit
+
+
+def test_disabled_timing_returns_the_function_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "ENABLED", False)
+
+    def hook() -> int:
+        return 1
+
+    assert timing.timed("hook")(hook) is hook
+
+
+def test_enabled_timing_counts_calls_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "ENABLED", True)
+    timing.reset()
+
+    @timing.timed("sleepy")
+    def sleepy(seconds: float) -> float:
+        time.sleep(seconds)
+        return seconds
+
+    assert sleepy(0.01) == 0.01 and sleepy(0.0) == 0.0
+    row = timing.snapshot()["sleepy"]
+    assert row["calls"] == 2 and row["total_ms"] >= 10.0
+    timing.reset()
+    assert timing.snapshot() == {}
