@@ -89,6 +89,30 @@ class FusedLoader:
         self._retired_lock = threading.Lock()  # the pool may reclaim from another thread
         pool.add_reclaimer(self.release_completed)
 
+    def warm_up(self) -> None:
+        """Compiles the kernel now (not on the first request) by injecting one token, read
+        from slab 0 of the GPU arena, into a scratch block standing in for every layer."""
+        g = self.shape
+        scratch = torch.zeros(
+            (1, g.kv_heads, g.block_size, 2 * g.head_size), dtype=g.dtype, device=self.device
+        )  # [1 block, H, block_size, 2 * D]
+        strides = (scratch.stride(0), scratch.stride(1), scratch.stride(2))
+        shape = inject.KernelShape(**{**g.__dict__, "strides": strides})
+
+        def ints(values: list[int]) -> torch.Tensor:
+            return torch.tensor(values, dtype=torch.int64, device=self.device)
+
+        layers = ints([scratch.data_ptr()] * g.n_layers)  # [L]: every layer -> the scratch
+        tokens = ints([0, 0, 0, 0]).view(1, inject.TOKEN_FIELDS)  # fact 0, token 0, delta 0, slot 0
+        facts = ints([0, 1, 0]).view(1, inject.FACT_FIELDS)  # GPU arena, 1 token, slab row 0
+        span = 2 * g.n_layers * g.row_bytes // g.slab_bytes + 1  # slab rows a 1-token blob spans
+        slabs = ints([0] * span)  # all of them slab 0: the reads stay inside the arena
+        arenas, cos_sin = self._arenas, self._cos_sin
+        inject.launch(shape, tokens, facts, slabs, arenas, layers, cos_sin, 0, g.n_layers)
+        inject.launch(shape, tokens, facts, slabs, arenas, layers, cos_sin, 1, 1)
+        if self._cuda:
+            torch.cuda.synchronize(self.device)
+
     # ---- per step ------------------------------------------------------------------------
     def start(self, loads: list[LoadRequest]) -> bool:
         """Plans and starts a step's loads; ``False`` (nothing done) if the slow path must run."""

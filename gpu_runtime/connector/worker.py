@@ -11,6 +11,7 @@ at, once all of the fact's tokens are in.
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 
@@ -26,6 +27,7 @@ from gpu_runtime.store.base import KVStore
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.types import FactKey, TenantId
 
+logger = logging.getLogger(__name__)
 _LAYER_INDEX = re.compile(r"layers\.(\d+)\.")
 SCRUB_VALUE = 3.0e4  # large finite garbage: attention over it visibly breaks the output
 
@@ -90,7 +92,13 @@ class WorkerHalf:
         wanted = self.device.type == "cuda" if self.use_fused is None else self.use_fused
         if shape is not None and wanted:
             assert isinstance(self.store, TieredKVPool)
-            self.fused = FusedLoader(self.store, shape, self.rotator, ordered)
+            fused = FusedLoader(self.store, shape, self.rotator, ordered)
+            try:
+                fused.warm_up()
+            except Exception:  # a GPU/Triton we cannot compile for: the PyTorch path serves
+                logger.exception("fused injection kernel unavailable; using the PyTorch path")
+            else:
+                self.fused = fused
 
     # ---- loads ---------------------------------------------------------------------------
     def start_load(self, meta: InjectionMetadata) -> None:

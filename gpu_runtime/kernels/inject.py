@@ -143,7 +143,15 @@ if triton is not None:
             kept = tl.load(src_k + heads * D + rest, mask=rest_ok)
             tl.store(dst + heads * stride_head + rest, kept, mask=rest_ok)
 
-    _COMPILED = triton.jit(_inject)
+    # Scalars are not specialised (Triton would compile a variant per value class: layer 0,
+    # layer 1, multiples of 16...): one compiled kernel per model shape, warmed up at start.
+    _COMPILED = triton.jit(
+        _inject,
+        do_not_specialize=[
+            "layer_start", "n_layers", "stride_block", "stride_head", "stride_token",
+            "block_size", "slab_bytes",
+        ],
+    )  # fmt: skip
     _INTERPRETED = InterpretedFunction(_inject)
     _TL_DTYPES: dict[torch.dtype, Any] = {
         torch.bfloat16: tl.bfloat16, torch.float16: tl.float16, torch.float32: tl.float32,

@@ -129,3 +129,18 @@ def test_fused_loader_falls_back_when_a_fact_is_gone(tmp_path: Path) -> None:
     assert fast.fused is not None
     load = LoadRequest("r", T, (LoadPiece(key, 0, 2, position=0),), (0, 1))
     assert fast.fused.start([load]) is False  # the worker then raises MissingKVError itself
+
+
+def test_a_kernel_that_cannot_compile_leaves_the_pytorch_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    heads, head = 2, 16
+    slab = heads * head * 2 * 4
+    pool = TieredKVPool.create(tmp_path, 4 * slab, 8 * slab, slab)
+    rot = RopeRotator(table(64, head), head, head, True)
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise RuntimeError("no compiler for this GPU")
+
+    monkeypatch.setattr(inject, "launch", broken)
+    assert worker(pool, rot, heads, head, True).fused is None
