@@ -24,8 +24,9 @@ import torch
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
+from gpu_runtime.pool.arena import Resident
 from gpu_runtime.pool.index import Tier
-from gpu_runtime.pool.tensors import Resident, TieredKVPool
+from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.rope import RopeRotator
 from gpu_runtime.types import FactKey, TenantId
 

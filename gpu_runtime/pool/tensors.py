@@ -13,105 +13,17 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import torch
 
+from gpu_runtime.pool.arena import Packing, Resident, SlabArena, pack, unpack
 from gpu_runtime.pool.index import Move, ResidencyIndex, Tier, UnknownEntryError
 from gpu_runtime.pool.metrics import PoolMetrics
 from gpu_runtime.store.disk import DiskKVStore
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.types import FactKey, TenantId
-
-
-@dataclass(frozen=True)
-class _Packing:
-    """How a FactKV's tensors sit in its byte blob: keys, then values, then positions."""
-
-    shape: tuple[int, ...]  # [layers, n, heads, head_dim]
-    dtype: torch.dtype
-    checksum: str
-    positions: tuple[int, ...]  # where each key was rotated at capture (also in the blob)
-
-    @property
-    def kv_bytes(self) -> int:
-        count = 1
-        for dim in self.shape:
-            count *= dim
-        return count * torch.tensor([], dtype=self.dtype).element_size()
-
-    @property
-    def nbytes(self) -> int:
-        return 2 * self.kv_bytes + self.shape[1] * 8
-
-
-def _pack(kv: FactKV) -> tuple[torch.Tensor, _Packing]:
-    packing = _Packing(
-        tuple(kv.keys.shape), kv.keys.dtype, kv.checksum, tuple(kv.positions.tolist())
-    )
-    blob = torch.cat(
-        [t.contiguous().view(torch.uint8).flatten().to(kv.keys.device) for t in
-         (kv.keys, kv.values, kv.positions.to(kv.keys.device))]
-    )  # fmt: skip
-    return blob, packing
-
-
-def _unpack(blob: torch.Tensor, packing: _Packing) -> FactKV:
-    size = packing.kv_bytes
-    keys = blob[:size].view(packing.dtype).view(packing.shape)
-    values = blob[size : 2 * size].view(packing.dtype).view(packing.shape)
-    positions = blob[2 * size : packing.nbytes].view(torch.int64).cpu()
-    return FactKV(keys, values, positions, packing.checksum)
-
-
-class SlabArena:
-    """``n_slabs`` rows of ``slab_bytes``, allocated on first use on the pool's device."""
-
-    def __init__(self, n_slabs: int, slab_bytes: int, device: torch.device, pinned: bool) -> None:
-        self.slab_bytes = slab_bytes
-        self.data = torch.empty(
-            (max(n_slabs, 1), slab_bytes), dtype=torch.uint8, device=device, pin_memory=pinned
-        )  # [slabs, slab_bytes]
-
-    def write(self, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
-        rows = torch.zeros(len(slabs) * self.slab_bytes, dtype=torch.uint8, device=blob.device)
-        rows[: blob.numel()] = blob
-        index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
-        # Async only into device memory: a CPU-side index_put must not read a D2H copy in flight.
-        async_copy = self.data.device.type == "cuda"
-        staged = rows.view(len(slabs), self.slab_bytes).to(
-            self.data.device, non_blocking=async_copy
-        )
-        self.data[index] = staged
-
-    def read(self, slabs: tuple[int, ...], nbytes: int) -> torch.Tensor:
-        index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
-        return self.data[index].flatten()[:nbytes]  # [nbytes] uint8
-
-    def copy_slabs(self, source: SlabArena, src: tuple[int, ...], dst: tuple[int, ...]) -> None:
-        """Between arenas by direct (pinned) DMA, one copy per run of consecutive slabs on both
-        sides (the allocator hands out lowest ids first, so a fact is usually one run)."""
-        start = 0
-        for i in range(1, len(src) + 1):
-            if i == len(src) or src[i] != src[i - 1] + 1 or dst[i] != dst[i - 1] + 1:
-                s, d, n = src[start], dst[start], i - start
-                self.data[d : d + n].copy_(source.data[s : s + n], non_blocking=True)
-                start = i
-
-
-@dataclass(frozen=True)
-class Resident:
-    """Where a pinned fact's bytes are, for the fused loader (``connector/fused.py``)."""
-
-    key: FactKey
-    arena: int  # 0: GPU arena, 1: host arena (``TieredKVPool.ARENAS``)
-    slabs: tuple[int, ...]
-    n_tokens: int
-    n_layers: int
-    positions: tuple[int, ...]
-    ready: torch.cuda.Event | None = None  # a promotion copy the reader must wait for
 
 
 class TieredKVPool:
@@ -125,7 +37,7 @@ class TieredKVPool:
         self.disk = disk
         self._gpu_slabs, self._host_slabs = gpu_slabs, host_slabs
         self._lock = threading.RLock()
-        self._packings: dict[FactKey, _Packing] = {}
+        self._packings: dict[FactKey, Packing] = {}
         self._arenas: dict[Tier, SlabArena] = {}
         self.device = torch.device("cpu")
         self.metrics = PoolMetrics()
@@ -167,7 +79,7 @@ class TieredKVPool:
                 kv = self.disk.get(move.key)
                 if kv is None:
                     continue
-                blob, packing = _pack(kv)
+                blob, packing = pack(kv)
                 self._packings[move.key] = packing
                 self._copy(move.dst_tier, move.dst_slabs, blob)
                 continue
@@ -213,7 +125,7 @@ class TieredKVPool:
         # The arenas are made and written inside vLLM's inference mode (engine steps); callers
         # outside it (the runtime, tests) must touch them the same way.
         with self._lock, torch.inference_mode():
-            blob, packing = _pack(kv)
+            blob, packing = pack(kv)
             placement = self.index.admit(tenant, key, packing.nbytes)
             self._apply(placement.moves)
             self._packings[key] = packing
@@ -246,7 +158,7 @@ class TieredKVPool:
                     landing = self._landing.pop(key, None)
                     if landing is not None and entry.tier is Tier.GPU:
                         torch.cuda.current_stream(self.device).wait_event(landing)
-                    kv = _unpack(self._arena(entry.tier).read(entry.slabs, packing.nbytes), packing)
+                    kv = unpack(self._arena(entry.tier).read(entry.slabs, packing.nbytes), packing)
             finally:
                 for freed in self.index.unpin(tenant, [key]):
                     self._packings.pop(freed.key, None)

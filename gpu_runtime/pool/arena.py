@@ -1,0 +1,103 @@
+"""Byte-level storage of the tiered pool: fixed-size slab arenas and how a fact is packed.
+
+A fact's KV (keys, values, positions) is one byte blob spread over slabs that need not be
+contiguous; arenas copy slabs between tiers by direct DMA. ``Resident`` tells the fused loader
+where a pinned fact's slabs are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.types import FactKey
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How a FactKV's tensors sit in its byte blob: keys, then values, then positions."""
+
+    shape: tuple[int, ...]  # [layers, n, heads, head_dim]
+    dtype: torch.dtype
+    checksum: str
+    positions: tuple[int, ...]  # where each key was rotated at capture (also in the blob)
+
+    @property
+    def kv_bytes(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * torch.tensor([], dtype=self.dtype).element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.kv_bytes + self.shape[1] * 8
+
+
+def pack(kv: FactKV) -> tuple[torch.Tensor, Packing]:
+    packing = Packing(
+        tuple(kv.keys.shape), kv.keys.dtype, kv.checksum, tuple(kv.positions.tolist())
+    )
+    blob = torch.cat(
+        [t.contiguous().view(torch.uint8).flatten().to(kv.keys.device) for t in
+         (kv.keys, kv.values, kv.positions.to(kv.keys.device))]
+    )  # fmt: skip
+    return blob, packing
+
+
+def unpack(blob: torch.Tensor, packing: Packing) -> FactKV:
+    size = packing.kv_bytes
+    keys = blob[:size].view(packing.dtype).view(packing.shape)
+    values = blob[size : 2 * size].view(packing.dtype).view(packing.shape)
+    positions = blob[2 * size : packing.nbytes].view(torch.int64).cpu()
+    return FactKV(keys, values, positions, packing.checksum)
+
+
+class SlabArena:
+    """``n_slabs`` rows of ``slab_bytes``, allocated on first use on the pool's device."""
+
+    def __init__(self, n_slabs: int, slab_bytes: int, device: torch.device, pinned: bool) -> None:
+        self.slab_bytes = slab_bytes
+        self.data = torch.empty(
+            (max(n_slabs, 1), slab_bytes), dtype=torch.uint8, device=device, pin_memory=pinned
+        )  # [slabs, slab_bytes]
+
+    def write(self, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
+        rows = torch.zeros(len(slabs) * self.slab_bytes, dtype=torch.uint8, device=blob.device)
+        rows[: blob.numel()] = blob
+        index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
+        # Async only into device memory: a CPU-side index_put must not read a D2H copy in flight.
+        async_copy = self.data.device.type == "cuda"
+        staged = rows.view(len(slabs), self.slab_bytes).to(
+            self.data.device, non_blocking=async_copy
+        )
+        self.data[index] = staged
+
+    def read(self, slabs: tuple[int, ...], nbytes: int) -> torch.Tensor:
+        index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
+        return self.data[index].flatten()[:nbytes]  # [nbytes] uint8
+
+    def copy_slabs(self, source: SlabArena, src: tuple[int, ...], dst: tuple[int, ...]) -> None:
+        """Between arenas by direct (pinned) DMA, one copy per run of consecutive slabs on both
+        sides (the allocator hands out lowest ids first, so a fact is usually one run)."""
+        start = 0
+        for i in range(1, len(src) + 1):
+            if i == len(src) or src[i] != src[i - 1] + 1 or dst[i] != dst[i - 1] + 1:
+                s, d, n = src[start], dst[start], i - start
+                self.data[d : d + n].copy_(source.data[s : s + n], non_blocking=True)
+                start = i
+
+
+@dataclass(frozen=True)
+class Resident:
+    """Where a pinned fact's bytes are, for the fused loader (``connector/fused.py``)."""
+
+    key: FactKey
+    arena: int  # 0: GPU arena, 1: host arena (``TieredKVPool.ARENAS``)
+    slabs: tuple[int, ...]
+    n_tokens: int
+    n_layers: int
+    positions: tuple[int, ...]
+    ready: torch.cuda.Event | None = None  # a promotion copy the reader must wait for
