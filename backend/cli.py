@@ -64,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
         from gpu_runtime.bench.__main__ import main as bench
 
         return bench(args_in[1:])
+    if args_in[:1] == ["eval"]:  # its own parser: ``inferscale eval locomo --help``
+        from backend.evaluation.__main__ import main as evaluate
+
+        return evaluate(args_in[1:])
     parser = argparse.ArgumentParser(prog="inferscale")
     sub = parser.add_subparsers(dest="command", required=True)
     demo = sub.add_parser("demo", help="run the platform end to end on the embedded defaults")
@@ -76,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     platform.add_argument("--questions", type=int, default=3)
     platform.set_defaults(func=run_platform_demo)
     sub.add_parser("bench", help="TTFT / throughput benchmarks (see `inferscale bench --help`)")
+    sub.add_parser("eval", help="quality evaluations (see `inferscale eval locomo --help`)")
     args = parser.parse_args(args_in)
     result: int = args.func(args)
     return result

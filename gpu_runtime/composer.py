@@ -49,6 +49,11 @@ class PromptComposer:
         prompt = system or self.system_prompt
         return self.tokens(f"<|im_start|>system\n{prompt}\nFacts about the user:\n")
 
+    @staticmethod
+    def last_turns(turns: Sequence[Turn], window: int) -> Sequence[Turn]:
+        """The ``window`` turns right before a fact (all of them if it has fewer)."""
+        return turns[max(0, len(turns) - window) :] if window > 0 else ()
+
     def window_tokens(self, turns: Sequence[Turn]) -> tuple[int, ...]:
         """Context a fact is encoded after: its preceding turns, then the facts header."""
         lines = "".join(f"{t.speaker}: {t.text.strip()}\n" for t in turns)

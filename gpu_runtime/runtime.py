@@ -115,7 +115,7 @@ class InjectionRuntime:
         for fact in facts:
             if fact.key.tenant != tenant or fact.key.config != config:
                 raise ValueError(f"{fact.key} does not belong to {tenant} under {config}")
-            turns = fact.window[len(fact.window) - config.window :] if config.window else ()
+            turns = self.composer.last_turns(fact.window, config.window)
             window = self.composer.window_tokens(turns)
             tokens = self.composer.fact_tokens(fact.text)
             prompts.append(window + tokens)
