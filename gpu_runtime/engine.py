@@ -47,7 +47,7 @@ def build_llm(
 
     args: dict[str, Any] = {
         "model": model or str(model_dir),
-        "dtype": settings.dtype,
+        "dtype": settings.resolved_dtype,
         "max_model_len": settings.max_model_len,
         "seed": settings.seed,
         "enforce_eager": settings.enforce_eager,

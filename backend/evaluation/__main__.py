@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--categories", default="1,2,3,4,5")
     parser.add_argument("--max-tokens", type=int, default=24, help="new tokens per answer")
-    parser.add_argument("--dtype", help="engine dtype (default: INFERSCALE_DTYPE or bfloat16)")
+    parser.add_argument("--dtype", help="engine dtype (default: INFERSCALE_DTYPE or auto)")
     parser.add_argument("--progress-every", type=int, default=10, help="questions per line")
     parser.add_argument("--seed", type=int, default=0, help="adversarial option order")
     parser.add_argument("--out", type=Path, default=Path("runs/eval/locomo"))
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     disk_root = tempfile.mkdtemp(prefix="inferscale-eval-kv-")  # throwaway fact KV
     try:
         began = time.perf_counter()
-        print(f"==> starting vLLM with {rt.model_name} ({rt.dtype})", flush=True)
+        print(f"==> starting vLLM with {rt.model_name} ({rt.resolved_dtype})", flush=True)
         runtime = InjectionRuntime.start(
             rt,
             store_name="locomo-eval",
