@@ -2,8 +2,8 @@
 
 The input is real LoCoMo data cut down to its first 12 turns (5 facts) and the questions whose
 evidence lies there; 3 of them (stratified: one temporal, one single-hop, one adversarial),
-k=3, kv at w=0 and w=2 and prompt mode, 6 new tokens each (about a minute on 2 CPU cores in
-bfloat16). This checks the harness and its outputs, not answer quality or speed.
+k=3, kv at w=0 and w=2 and prompt mode, 6 new tokens each (about a minute on 2 CPU
+cores). This checks the harness and its outputs, not answer quality or speed.
 """
 
 from __future__ import annotations
