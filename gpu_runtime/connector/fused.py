@@ -84,6 +84,8 @@ class FusedLoader:
         self._cos_sin = rotator.cos_sin_cache.to(self.device).contiguous()  # [max_pos, ROT] fp32
         self._max_position = rotator.max_position
         self._cuda = self.device.type == "cuda"
+        # Arenas are allocated once and never move: their base addresses are a constant table.
+        self._arenas = torch.tensor(pool.arena_addresses(), dtype=torch.int64).to(self.device)
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None  # type: ignore[no-untyped-call]
         self._step: _Step | None = None
         self._retired: list[_Step] = []
@@ -124,16 +126,14 @@ class FusedLoader:
             keys = list(dict.fromkeys(piece.key for piece in load.pieces))
             found = self.pool.acquire(load.tenant, keys)
             if found is None:
-                for tenant, held in pins:
-                    self.pool.release(tenant, held)
+                self._unpin(pins)
                 return False
             pins.append((load.tenant, keys))
             residents.append(found)
         try:
             plan, on_host = self._plan(loads, residents)
         except Exception:
-            for tenant, held in pins:
-                self.pool.release(tenant, held)
+            self._unpin(pins)
             raise
         step = _Step(pins, plan, layerwise=self._cuda and on_host)
         self._step = step
@@ -198,29 +198,24 @@ class FusedLoader:
             step.done.record()
             self._retired.append(step)
         else:  # CPU: the kernel ran synchronously
-            self._release(step)
+            self._unpin(step.pins)
 
     def release_completed(self) -> None:
         """Unpins the facts of earlier steps whose reads have finished (never blocks). Called at
         each step and by the pool before it plans evictions or demotions."""
+        finished: list[_Step] = []
         with self._retired_lock:
-            finished = [s for s in self._retired if s.done is not None and s.done.query()]  # type: ignore[no-untyped-call]
-            self._retired = [s for s in self._retired if s not in finished]
+            waiting: list[_Step] = []
+            for step in self._retired:
+                done = step.done is not None and step.done.query()  # type: ignore[no-untyped-call]
+                (finished if done else waiting).append(step)
+            self._retired = waiting
         for step in finished:
-            self._release(step)
+            self._unpin(step.pins)
 
-    def _release(self, step: _Step) -> None:
-        for tenant, keys in step.pins:
+    def _unpin(self, pins: list[tuple[TenantId, list[FactKey]]]) -> None:
+        for tenant, keys in pins:
             self.pool.release(tenant, keys)
-
-    @property
-    def _arenas(self) -> torch.Tensor:
-        arenas = getattr(self, "_arena_table", None)
-        if arenas is None:  # arenas never move once made: build the address table once
-            addresses = self.pool.arena_addresses()
-            arenas = torch.tensor(addresses, dtype=torch.int64).to(self.device)
-            self._arena_table = arenas
-        return arenas
 
     def _plan(
         self, loads: list[LoadRequest], residents: list[list[Resident]]

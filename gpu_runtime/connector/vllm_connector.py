@@ -185,7 +185,9 @@ class InferScaleConnector(KVConnectorBase_V1):
             self._worker.finish_step()
 
     # ---- scheduler side ------------------------------------------------------------------
-    def _params(self, req_id: str, raw: Callable[[], TransferParams | None]) -> Any:
+    def _params(
+        self, req_id: str, raw: Callable[[], TransferParams | None]
+    ) -> TransferParams | None:
         if req_id not in self._decoded:
             self._decoded[req_id] = raw()
         return self._decoded[req_id]
