@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import queue
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -37,41 +38,50 @@ class EngineLoop:
 
     def stream(self, prompt: Any, params: Any) -> Iterator[Any]:
         """Cumulative ``RequestOutput``s of one request, the last one finished."""
-        sink: queue.Queue[Any] = queue.Queue()
-        self._inbox.put((f"isr-{next(self._ids)}", prompt, params, sink))
-        while True:
-            item = self._next(sink)
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise EngineLoopError(str(item)) from item
-            yield item
+        sink = self._submit(prompt, params)
+        while (item := self._next(sink)) is not _DONE:
+            yield item[1]
 
     def run_all(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[Any]:
         """Submit every request before waiting, so vLLM batches them."""
-        sinks = []
-        for prompt, p in zip(prompts, params, strict=True):
-            sink: queue.Queue[Any] = queue.Queue()
-            self._inbox.put((f"isr-{next(self._ids)}", prompt, p, sink))
-            sinks.append(sink)
+        return [outputs[-1][1] for outputs in self._gather(prompts, params)]
+
+    def run_timed(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[tuple[float, float]]:
+        """Like ``run_all``; per request the ``time.perf_counter()`` at which the engine thread
+        emitted its first and its last output: what clients see, without their own threads
+        competing with the engine for the interpreter (benchmarks)."""
+        return [(outputs[0][0], outputs[-1][0]) for outputs in self._gather(prompts, params)]
+
+    def _submit(self, prompt: Any, params: Any) -> queue.Queue[Any]:
+        sink: queue.Queue[Any] = queue.Queue()
+        self._inbox.put((f"isr-{next(self._ids)}", prompt, params, sink))
+        return sink
+
+    def _gather(
+        self, prompts: Sequence[Any], params: Sequence[Any]
+    ) -> list[list[tuple[float, Any]]]:
+        sinks = [self._submit(prompt, p) for prompt, p in zip(prompts, params, strict=True)]
         results = []
         for sink in sinks:
-            last = None
+            outputs = []
             while (item := self._next(sink)) is not _DONE:
-                if isinstance(item, BaseException):
-                    raise EngineLoopError(str(item)) from item
-                last = item
-            results.append(last)
+                outputs.append(item)
+            results.append(outputs)
         return results
 
     def _next(self, sink: queue.Queue[Any]) -> Any:
-        """Next item for a caller; never waits forever on a loop thread that has died."""
+        """Next (emitted at, output) or ``_DONE`` for a caller; raises what the engine raised,
+        and never waits forever on a loop thread that has died."""
         while True:
             try:
-                return sink.get(timeout=1.0)
+                item = sink.get(timeout=1.0)
             except queue.Empty:
                 if not self._thread.is_alive():
                     raise EngineLoopError("the engine loop thread has stopped") from None
+                continue
+            if isinstance(item, BaseException):
+                raise EngineLoopError(str(item)) from item
+            return item
 
     def _admit(self, block: bool) -> None:
         try:
@@ -106,11 +116,12 @@ class EngineLoop:
                     sink.put(_DONE)
                 self._streams.clear()
                 continue
+            emitted = time.perf_counter()
             for output in outputs:
                 target = self._streams.get(output.request_id)
                 if target is None:
                     continue
-                target.put(output)
+                target.put((emitted, output))
                 if output.finished:
                     target.put(_DONE)
                     del self._streams[output.request_id]

@@ -42,6 +42,20 @@ class FactKey:
     model: str
     window: int
     encoding_version: int = 1
+    # Keys are hashed many times per request (index, pool, packings): hash once.
+    _hash: int = field(init=False, repr=False, compare=False, default=0)
+
+    def __post_init__(self) -> None:
+        fields = (self.tenant.value, self.fact_id, self.fact_version, self.model, self.window)
+        object.__setattr__(self, "_hash", hash((*fields, self.encoding_version)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __reduce__(self) -> tuple[type[FactKey], tuple[Any, ...]]:
+        # Rebuilt through __init__: string hashes differ between processes.
+        fields = (self.tenant, self.fact_id, self.fact_version, self.model, self.window)
+        return (FactKey, (*fields, self.encoding_version))
 
     @classmethod
     def for_fact(

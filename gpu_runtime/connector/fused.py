@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import torch
@@ -117,8 +118,10 @@ class FusedLoader:
             torch.cuda.synchronize(self.device)
 
     # ---- per step ------------------------------------------------------------------------
-    def start(self, loads: list[LoadRequest]) -> bool:
-        """Plans and starts a step's loads; ``False`` (nothing done) if the slow path must run."""
+    def start(self, loads: list[LoadRequest], layerwise: bool = True) -> bool:
+        """Plans and starts a step's loads; ``False`` (nothing done) if the slow path must run.
+        ``layerwise=False``: host-tier facts are read in the same single launch, before the
+        forward (for forwards whose per-layer hooks will not run)."""
         self.release_completed()
         pins: list[tuple[TenantId, list[FactKey]]] = []
         residents: list[list[Resident]] = []
@@ -135,7 +138,7 @@ class FusedLoader:
         except Exception:
             self._unpin(pins)
             raise
-        step = _Step(pins, plan, layerwise=self._cuda and on_host)
+        step = _Step(pins, plan, layerwise=self._cuda and on_host and layerwise)
         self._step = step
         if self._cuda:  # facts promoted by a prefetch whose copy may still be landing
             current = torch.cuda.current_stream(self.device)
@@ -238,14 +241,14 @@ class FusedLoader:
             lengths = np.array([r.n_tokens for r in found], dtype=np.int64)
             stored_at = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # [F] offsets into stored
             stored = np.fromiter(
-                (p for r in found for p in r.positions), np.int64, int(lengths.sum())
+                chain.from_iterable(r.positions for r in found), np.int64, int(lengths.sum())
             )  # [sum n] capture positions of every fact
             fact = np.array([where[p.key] for p in load.pieces], dtype=np.int64)  # [P]
             src = np.array([p.src_offset for p in load.pieces], dtype=np.int64)
             dst = np.array([p.position for p in load.pieces], dtype=np.int64)
             count = np.array([p.n for p in load.pieces], dtype=np.int64)
             total = int(count.sum())
-            if total != len(load.slots):
+            if total != load.end - load.start:
                 raise ValueError("load pieces do not cover the claimed slots")
             piece = np.repeat(np.arange(len(count)), count)  # [n] piece of each token
             step = np.arange(total) - np.repeat(np.cumsum(count) - count, count)  # [n]
@@ -254,7 +257,7 @@ class FusedLoader:
             rows[:, 0] = base + fact[piece]
             rows[:, 1] = local
             rows[:, 2] = dst[piece] + step - stored[stored_at[fact[piece]] + local]
-            rows[:, 3] = np.asarray(load.slots, dtype=np.int64)
+            rows[:, 3] = load.slots()
             token_rows.append(rows)
         tokens = np.concatenate(token_rows) if token_rows else np.empty((0, 4), np.int64)
         if len(tokens) and int(np.abs(tokens[:, 2]).max()) >= self._max_position:

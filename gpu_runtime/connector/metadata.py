@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from gpu_runtime.types import FactKey, TenantId
+
+
+def slot_array(block_ids: tuple[int, ...], block_size: int, start: int, end: int) -> np.ndarray:
+    """Cache slots [end - start] int64 of prompt positions [start, end), vectorised."""
+    positions = np.arange(start, end, dtype=np.int64)
+    blocks = np.asarray(block_ids, dtype=np.int64)
+    return blocks[positions // block_size] * block_size + positions % block_size
 
 
 @dataclass(frozen=True)
@@ -23,8 +32,15 @@ class LoadRequest:
     req_id: str
     tenant: TenantId
     pieces: tuple[LoadPiece, ...]
-    slots: tuple[int, ...]  # one cache slot per loaded token, in position order
+    block_ids: tuple[int, ...]  # the request's block table
+    block_size: int
+    start: int  # loaded prompt positions: [start, end)
+    end: int
     scrub_blocks: tuple[int, ...] = ()  # test mode: blocks to fill with garbage first
+
+    def slots(self) -> np.ndarray:
+        """[end - start] int64: one cache slot per loaded token, in position order."""
+        return slot_array(self.block_ids, self.block_size, self.start, self.end)
 
 
 @dataclass(frozen=True)

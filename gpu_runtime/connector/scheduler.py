@@ -126,12 +126,9 @@ class SchedulerHalf:
             scrub = tuple(
                 tracked.block_ids[start // self.block_size : (end - 1) // self.block_size + 1]
             )
+        blocks = tuple(tracked.block_ids)
         return LoadRequest(
-            req_id,
-            segment.tenant,
-            tuple(pieces),
-            slots_for(tracked.block_ids, self.block_size, start, end),
-            scrub,
+            req_id, segment.tenant, tuple(pieces), blocks, self.block_size, start, end, scrub
         )
 
     def _capture(

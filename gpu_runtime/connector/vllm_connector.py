@@ -52,6 +52,16 @@ def _params_from_sampling(sampling_params: Any) -> TransferParams | None:
     return decode_params(extra.get("kv_transfer_params"))
 
 
+def _layer_hooks_run(forward_context: Any) -> bool:
+    """Whether vLLM calls the per-layer hooks in this forward. Not in a replayed FULL CUDA
+    graph: vLLM 0.26's runner then starts loads outside the forward's context (no attention
+    metadata); its older runner states the mode in the context."""
+    if forward_context is None or getattr(forward_context, "attn_metadata", None) is None:
+        return False
+    mode = getattr(forward_context, "cudagraph_runtime_mode", None)
+    return getattr(mode, "name", "NONE") != "FULL"
+
+
 def build_rotator(vllm_config: Any) -> RopeRotator:
     """The model's own rotary embedding, as its decoder layers build it, in float32."""
     from vllm.config import set_current_vllm_config
@@ -135,8 +145,10 @@ class InferScaleConnector(KVConnectorBase_V1):
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
-        # save_kv_layer must run on every step (captures); FULL graphs would skip it.
-        return True
+        # Nothing depends on the per-layer hooks running: captures are read after the forward
+        # and loads fall back to one launch before it when the hooks will not run, so vLLM
+        # may replay FULL CUDA graphs (its default for decode-only batches).
+        return False
 
     # ---- worker side ---------------------------------------------------------------------
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
@@ -164,25 +176,26 @@ class InferScaleConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context: Any, **kwargs: Any) -> None:
         payload = self._payload()
         if payload is not None and payload.loads and self._worker is not None:
-            self._worker.start_load(payload)
+            self._worker.start_load(payload, _layer_hooks_run(forward_context))
 
     @timed("wait_for_layer_load")
     def wait_for_layer_load(self, layer_name: str) -> None:
         if self._worker is not None:  # layer-wise fused loads: order this layer after its load
             self._worker.wait_layer(layer_name)
 
-    @timed("save_kv_layer")
     def save_kv_layer(
         self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any
     ) -> None:
-        payload = self._payload()
-        if payload is not None and payload.captures and self._worker is not None:
-            self._worker.save_layer(payload.captures, layer_name, kv_layer)
+        return None  # captures are read once per step, in wait_for_save
 
     @timed("wait_for_save")
     def wait_for_save(self) -> None:
-        if self._worker is not None:
-            self._worker.finish_step()
+        if self._worker is None:
+            return
+        payload = self._payload()
+        if payload is not None and payload.captures:
+            self._worker.capture(payload.captures)
+        self._worker.finish_step()
 
     # ---- scheduler side ------------------------------------------------------------------
     def _params(

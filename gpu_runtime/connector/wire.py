@@ -1,17 +1,26 @@
 """The per-request ``kv_transfer_params`` wire format (built by the runtime, never by clients).
 
-``{"tenant": str,
-   "config": {"model", "window", "version"},
-   "inject": [{"key": FactKey wire, "start": int, "n": int}, ...],   # memory segment
-   "capture": [{"key": ..., "start": int, "n": int}, ...]}          # encoding: keep this KV}``
+``{"inferscale": "<JSON text>"}`` where the text is
+``{"tenant": str, "model": str, "version": int, "window": int,
+   "inject": [[fact_id, fact_version, key_window, key_version, start, n], ...],  # memory segment
+   "capture": [[...same...], ...]}``                                  # encoding: keep this KV
+
+One string on purpose: vLLM deep-copies every request's sampling parameters, and a nested
+structure of a few hundred objects for 50 facts cost more than the rest of our hooks together.
+Every key belongs to the request's tenant and is for the engine's model, so those are stated
+once; a key's own window and encoding version are kept (the preamble is encoded at w=0 under
+any config).
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
+
+WIRE_KEY = "inferscale"
 
 
 @dataclass(frozen=True)
@@ -21,40 +30,49 @@ class TransferParams:
     capture: tuple[Span, ...]
 
 
-def _spans(items: list[dict[str, Any]]) -> tuple[Span, ...]:
-    return tuple(
-        Span(FactKey.from_wire(item["key"]), int(item["start"]), int(item["n"])) for item in items
-    )
-
-
 def encode_params(
     tenant: TenantId,
     config: EncodingConfig,
     inject: tuple[Span, ...] = (),
     capture: tuple[Span, ...] = (),
 ) -> dict[str, Any]:
-    def wire(spans: tuple[Span, ...]) -> list[dict[str, Any]]:
-        return [{"key": s.key.to_wire(), "start": s.start, "n": s.n_tokens} for s in spans]
+    def rows(spans: tuple[Span, ...]) -> list[list[Any]]:
+        out = []
+        for s in spans:
+            k = s.key
+            if (k.tenant, k.model) != (tenant, config.model):
+                raise ValueError(f"{k} does not belong to {tenant} under {config}")
+            out.append(
+                [k.fact_id, k.fact_version, k.window, k.encoding_version, s.start, s.n_tokens]
+            )
+        return out
 
-    return {
+    body = {
         "tenant": tenant.value,
-        "config": {"model": config.model, "window": config.window, "version": config.version},
-        "inject": wire(inject),
-        "capture": wire(capture),
+        "model": config.model,
+        "version": config.version,
+        "window": config.window,
+        "inject": rows(inject),
+        "capture": rows(capture),
     }
+    return {WIRE_KEY: json.dumps(body, separators=(",", ":"))}
 
 
 def decode_params(raw: dict[str, Any] | None) -> TransferParams | None:
     """Parse; ``None`` for a request that carries no InferScale parameters."""
-    if not raw or "tenant" not in raw:
+    if not raw or WIRE_KEY not in raw:
         return None
-    tenant = TenantId(str(raw["tenant"]))
-    cfg = raw["config"]
-    config = EncodingConfig(str(cfg["model"]), int(cfg["window"]), int(cfg["version"]))
-    inject = _spans(raw.get("inject", []))
-    capture = _spans(raw.get("capture", []))
-    for span in capture:
-        if span.key.tenant != tenant:
-            raise ValueError("capture spans must belong to the request's tenant")
+    body = json.loads(raw[WIRE_KEY])
+    tenant = TenantId(str(body["tenant"]))
+    model = str(body["model"])
+    config = EncodingConfig(model, int(body["window"]), int(body["version"]))
+
+    def spans(items: list[list[Any]]) -> tuple[Span, ...]:
+        return tuple(
+            Span(FactKey(tenant, str(fact), int(fv), model, int(w), int(v)), int(at), int(n))
+            for fact, fv, w, v, at, n in items
+        )
+
+    inject, capture = spans(body.get("inject", [])), spans(body.get("capture", []))
     segment = MemorySegment(tenant, config, inject) if inject else None
     return TransferParams(tenant, segment, capture)

@@ -2,11 +2,11 @@
 
 Loads run in ``start_load`` before the forward (vLLM calls it first for synchronous loads). On
 CUDA with the tiered pool they go through the fused kernel (``fused.py``), layer by layer when
-facts sit on the host tier. Otherwise the PyTorch path here runs: for every layer, the stored
-keys are re-rotated to the positions the facts take in this prompt (untouched where they already
-sit there) and written with the values through the layout adapter. Captures read the fact span
-of each layer right after vLLM wrote it and store it, with the positions its keys were rotated
-at, once all of the fact's tokens are in.
+facts sit on the host tier and vLLM runs the per-layer hooks. Otherwise the PyTorch path here
+runs: for every layer, the stored keys are re-rotated to the positions the facts take in this
+prompt (untouched where they already sit there) and written with the values through the layout
+adapter. Captures read the fact span of every layer once the step's forward is enqueued and
+store it, with the positions its keys were rotated at, once all of the fact's tokens are in.
 """
 
 from __future__ import annotations
@@ -101,12 +101,14 @@ class WorkerHalf:
                 self.fused = fused
 
     # ---- loads ---------------------------------------------------------------------------
-    def start_load(self, meta: InjectionMetadata) -> None:
+    def start_load(self, meta: InjectionMetadata, layer_hooks: bool = True) -> None:
+        """``layer_hooks``: vLLM will call ``wait_layer`` for every layer of this forward (not
+        so in a replayed FULL CUDA graph); only then may host-tier reads run layer by layer."""
         if self.fused is not None and meta.loads:
             for load in meta.loads:
                 if load.scrub_blocks:
                     self._scrub(load.scrub_blocks)
-            if self.fused.start(meta.loads):
+            if self.fused.start(meta.loads, layerwise=layer_hooks):
                 return
         for load in meta.loads:
             self._load(load)
@@ -118,7 +120,7 @@ class WorkerHalf:
 
     def _load(self, load: LoadRequest) -> None:
         keys, values = self._gather(load)  # [L, n, H, D] each, keys at their target positions
-        slots = torch.tensor(load.slots, dtype=torch.int64, device=self.device)
+        slots = torch.from_numpy(load.slots()).to(self.device)  # [n]
         if load.scrub_blocks:
             self._scrub(load.scrub_blocks)
         for index, name in enumerate(self.layers):
@@ -135,7 +137,7 @@ class WorkerHalf:
             keys.append(kv.keys[:, window].to(self.device, non_blocking=True))
             values.append(kv.values[:, window].to(self.device, non_blocking=True))
             sources.append(kv.positions[window].cpu())
-        if sum(p.n for p in load.pieces) != len(load.slots):
+        if sum(p.n for p in load.pieces) != load.end - load.start:
             raise MissingKVError("load pieces do not cover the claimed slots")
         k, v = torch.cat(keys, dim=1), torch.cat(values, dim=1)  # [L, n, H, D]
         source = torch.cat(sources)
@@ -160,21 +162,22 @@ class WorkerHalf:
             kv_layer[index.to(kv_layer.device)] = SCRUB_VALUE
 
     # ---- captures ------------------------------------------------------------------------
-    def save_layer(
-        self, captures: list[CaptureRequest], layer_name: str, kv_layer: torch.Tensor
-    ) -> None:
-        layer = self.layers.index(layer_name)
+    def capture(self, captures: list[CaptureRequest]) -> None:
+        """After the forward was enqueued: copies each capture piece's KV out of every layer.
+        Done once per step rather than per layer, so it also works when vLLM replays a FULL
+        CUDA graph (no per-layer hooks run then)."""
         for request in captures:
             for piece in request.pieces:
-                buffer = self._buffer(request, piece.key, piece.total, kv_layer)
-                slots = torch.tensor(piece.slots, dtype=torch.int64, device=kv_layer.device)
-                k, v = self.layout.read(kv_layer, slots)  # [n, H, D] each
+                first = self._kv[self.layers[0]]
+                buffer = self._buffer(request, piece.key, piece.total, first)
+                slots = torch.tensor(piece.slots, dtype=torch.int64, device=first.device)
                 rows = slice(piece.dst_offset, piece.dst_offset + piece.n)
-                buffer.keys[layer, rows] = k
-                buffer.values[layer, rows] = v
-                if layer == 0:
-                    buffer.positions[rows] = torch.arange(piece.position, piece.position + piece.n)
-                    buffer.filled += piece.n
+                for layer, name in enumerate(self.layers):
+                    k, v = self.layout.read(self._kv[name], slots)  # [n, H, D] each
+                    buffer.keys[layer, rows] = k
+                    buffer.values[layer, rows] = v
+                buffer.positions[rows] = torch.arange(piece.position, piece.position + piece.n)
+                buffer.filled += piece.n
 
     def _buffer(
         self, request: CaptureRequest, key: FactKey, total: int, like: torch.Tensor

@@ -255,6 +255,30 @@ class ResidencyIndex:
                         break
             return moves
 
+    def pin_in_memory(
+        self, tenant: TenantId, keys: Iterable[FactKey]
+    ) -> list[tuple[Tier, tuple[int, ...]]] | None:
+        """The serving fast path of ``pin(promote=False)`` + ``placements``, in one pass: if
+        every key is held on the GPU or host tier, pins them all where they are and returns
+        (tier, slabs) per key; otherwise ``None`` and nothing is pinned or counted."""
+        wanted = _distinct(tenant, keys)
+        with self._lock:
+            held = self._entries.get(tenant, {})
+            found = [held.get(key) for key in wanted]
+            if any(e is None or e.doomed or e.tier is Tier.DISK for e in found):
+                return None
+            placed: list[tuple[Tier, tuple[int, ...]]] = []
+            hits: Counter[Tier] = Counter()
+            for entry in found:
+                assert entry is not None
+                hits[entry.tier] += 1
+                entry.pins += 1
+                self._use(entry)
+                placed.append((entry.tier, entry.slabs))
+            for tier, n in hits.items():  # as _count_lookup, once per tier
+                self._counters[(tenant, f"{tier}_hits")] += n
+            return placed
+
     def prefetch(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
         """Promotes unpinned entries towards GPU ahead of a request (no pin, no use counted).
 

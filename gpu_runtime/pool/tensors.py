@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -179,18 +179,22 @@ class TieredKVPool:
         The caller must ``release`` the same keys once its reads have completed."""
         started = time.perf_counter()
         with self._lock, torch.inference_mode():
-            for key in self.index.missing(tenant, keys):
-                kv = self.disk.get(key)  # a restart or another process: reload, re-admit
-                if kv is None:
-                    self.metrics.miss(tenant)
+            placements: Sequence[tuple[Tier, tuple[int, ...]] | None] | None
+            placements = self.index.pin_in_memory(tenant, keys)  # the common case: one pass
+            if placements is None:
+                for key in self.index.missing(tenant, keys):
+                    kv = self.disk.get(key)  # a restart or another process: reload, re-admit
+                    if kv is None:
+                        self.metrics.miss(tenant)
+                        return None
+                    self.put(tenant, key, kv)
+                try:
+                    self._apply(self.index.pin(tenant, keys, promote=False))
+                except UnknownEntryError:
                     return None
-                self.put(tenant, key, kv)
-            try:
-                self._apply(self.index.pin(tenant, keys, promote=False))
-            except UnknownEntryError:
-                return None
+                placements = self.index.placements(tenant, keys)
             resident = []
-            for key, placed in zip(keys, self.index.placements(tenant, keys), strict=True):
+            for key, placed in zip(keys, placements, strict=True):
                 packing = self._packings.get(key)
                 if placed is None or placed[0] is Tier.DISK or packing is None:
                     self.release(tenant, keys)

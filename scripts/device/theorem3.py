@@ -22,6 +22,9 @@ def main() -> None:
     parser.add_argument("--model", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument(
+        "--cuda-graphs", action="store_true", help="vLLM's CUDA graphs (FULL for decode-only steps)"
+    )
     args = parser.parse_args()
 
     from vllm import SamplingParams
@@ -33,7 +36,8 @@ def main() -> None:
     from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
 
     model = str(Path(args.model).resolve())
-    settings = RuntimeSettings(max_model_len=2048, enforce_eager=True, dtype="bfloat16")
+    eager = not args.cuda_graphs
+    settings = RuntimeSettings(max_model_len=2048, enforce_eager=eager, dtype="bfloat16")
     started = time.perf_counter()
     import tempfile
 
@@ -89,8 +93,15 @@ def main() -> None:
         return list(out.outputs[0].token_ids), lps, int(out.num_cached_tokens or 0)
 
     results = []
-    for name, facts in (("aligned", [16, 16, 16, 16]), ("unaligned", [13, 21, 9, 17])):
-        ids, spans = prompt(32, facts, 24)
+    cases = (
+        ("aligned", [16, 16, 16, 16], 24),
+        ("unaligned", [13, 21, 9, 17], 24),
+        # One token left to compute: with CUDA graphs vLLM replays a FULL graph for this step,
+        # so no per-layer hook runs and host-tier facts must be read before the forward.
+        ("one-token-query", [13, 21, 9, 17], 1),
+    )
+    for name, facts, query in cases:
+        ids, spans = prompt(32, facts, query)
         plain_salt = cache_salt(tenant, f"plain-{name}")
         one_shot, lp_one, _ = run(ids, plain_salt, encode_params(tenant, config, capture=spans))
         reused, lp_reused, cached = run(ids, plain_salt, None)
@@ -133,6 +144,7 @@ def main() -> None:
                 "top5_logprobs_bitwise_host_tier_vs_reused": lp_host == lp_reused,
                 "host_tier_stats": pool.stats(tenant),  # type: ignore[attr-defined]
                 "case": name,
+                "cudagraph_mode": str(vllm_config.compilation_config.cudagraph_mode),
                 "block_size": block,
                 "prompt_tokens": len(ids),
                 "segment_tokens": spans[-1].end,

@@ -63,11 +63,12 @@ def worker(
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layer_hooks", [True, False])  # False: as in a replayed FULL CUDA graph
 @pytest.mark.parametrize(
     ("heads", "head", "rotary", "neox"), [(2, 16, 16, True), (3, 16, 8, False), (2, 8, 8, True)]
 )
 def test_fused_matches_pytorch_path_across_tiers(
-    tmp_path: Path, heads: int, head: int, rotary: int, neox: bool, device: str
+    tmp_path: Path, heads: int, head: int, rotary: int, neox: bool, device: str, layer_hooks: bool
 ) -> None:
     row = heads * head * 2
     slab = row * 4  # 4 token rows per slab: every fact spans several, non-contiguous slabs
@@ -89,14 +90,17 @@ def test_fused_matches_pytorch_path_across_tiers(
         LoadPiece(keys["a"], 1, 4, position=300),
         LoadPiece(keys["c"], 0, 7, position=20),
     )
-    slots = tuple(torch.randperm(BLOCKS * BLOCK, generator=torch.Generator().manual_seed(7))[:14])
-    load = LoadRequest("r1", T, pieces, tuple(int(s) for s in slots))
+    # a shuffled block table: the 14 loaded tokens' slots scatter over non-adjacent blocks
+    table_ = tuple(
+        int(b) for b in torch.randperm(BLOCKS, generator=torch.Generator().manual_seed(7))
+    )
+    load = LoadRequest("r1", T, pieces, table_, BLOCK, start=5, end=19)
 
     slow = worker(pool, rot, heads, head, False, device)
     fast = worker(pool, rot, heads, head, True, device)
     assert slow.fused is None and fast.fused is not None
-    fast.start_load(InjectionMetadata(loads=[load]))
-    for name in fast.layers:  # as vLLM's attention layers do, in order (layer-wise on cuda)
+    fast.start_load(InjectionMetadata(loads=[load]), layer_hooks)
+    for name in fast.layers if layer_hooks else []:  # as vLLM's attention layers do, in order
         fast.wait_layer(name)
     fast.finish_step()
     if device == "cuda":
@@ -107,7 +111,7 @@ def test_fused_matches_pytorch_path_across_tiers(
     assert stats["gpu_entries"] == on_gpu  # host-tier facts were read in place, not promoted
     slow.start_load(InjectionMetadata(loads=[load]))  # (promotes host-tier facts as it reads)
 
-    exact = torch.tensor(load.slots[:3])  # fact "b": no rotation at all
+    exact = torch.from_numpy(load.slots()[:3])  # fact "b": no rotation at all
     for name in slow.layers:
         a, b = slow._kv[name].cpu(), fast._kv[name].cpu()
         d = head
@@ -127,7 +131,7 @@ def test_fused_loader_falls_back_when_a_fact_is_gone(tmp_path: Path) -> None:
     key = FactKey.for_fact(T, "gone", 1, CFG)
     fast = worker(pool, rot, heads, head, True)
     assert fast.fused is not None
-    load = LoadRequest("r", T, (LoadPiece(key, 0, 2, position=0),), (0, 1))
+    load = LoadRequest("r", T, (LoadPiece(key, 0, 2, position=0),), (0,), BLOCK, 0, 2)
     assert fast.fused.start([load]) is False  # the worker then raises MissingKVError itself
 
 

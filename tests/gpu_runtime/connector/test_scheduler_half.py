@@ -68,7 +68,7 @@ def test_build_emits_load_with_pieces_slots_and_scrub() -> None:
         ("pre", 0, 3, 0),
         ("a", 0, 4, 3),
     ]
-    assert load.slots == (20, 21, 22, 23, 36, 37, 38)
+    assert tuple(load.slots()) == (20, 21, 22, 23, 36, 37, 38)
     assert load.scrub_blocks == (5, 9)
     assert half.build([("r1", 10, 1)]).loads == []  # loaded once only
 
@@ -82,7 +82,7 @@ def test_partial_load_after_prefix_cache_hit() -> None:
     half.after_alloc("r", params, [1, 2, 3], n)
     (load,) = half.build([("r", 9, 3)]).loads
     assert [(p.key.fact_id, p.src_offset, p.n, p.position) for p in load.pieces] == [("a", 1, 5, 4)]
-    assert load.slots == (8, 9, 10, 11, 12)
+    assert tuple(load.slots()) == (8, 9, 10, 11, 12)
 
 
 def test_capture_split_across_steps() -> None:
@@ -102,12 +102,28 @@ def test_capture_split_across_steps() -> None:
     assert half.build([("r", 9, 1)]).captures == []
 
 
-def test_wire_rejects_foreign_capture_keys() -> None:
+def test_wire_cannot_express_another_tenants_keys() -> None:
     other = FactKey.for_fact(TenantId("other"), "f", 1, CFG)
-    raw = encode_params(T, CFG, capture=(Span(other, 0, 3),))
-    with pytest.raises(ValueError, match="tenant"):
-        decode_params(raw)
+    with pytest.raises(ValueError, match="does not belong"):
+        encode_params(T, CFG, capture=(Span(other, 0, 3),))
+    foreign_model = FactKey.for_fact(T, "f", 1, EncodingConfig("other-model", 0, 1))
+    with pytest.raises(ValueError, match="does not belong"):
+        encode_params(T, CFG, inject=(Span(foreign_model, 0, 3),))
     assert decode_params(None) is None and decode_params({}) is None
+
+
+def test_wire_round_trips_keys_spans_and_windows() -> None:
+    config = EncodingConfig("m", 5, 2)
+    preamble = FactKey.preamble(T, (1, 2, 3), config)  # encoded at w=0 under a w=5 config
+    fact = FactKey.for_fact(T, "f:7", 3, config)
+    spans = (Span(preamble, 0, 3), Span(fact, 3, 4))
+    raw = encode_params(T, config, inject=spans, capture=(Span(fact, 3, 4),))
+    assert list(raw) == ["inferscale"] and isinstance(raw["inferscale"], str)  # one string
+    params = decode_params(raw)
+    assert params is not None and params.inject is not None
+    assert params.tenant == T and params.inject.config == config
+    assert params.inject.spans == spans and params.capture == (Span(fact, 3, 4),)
+    assert params.inject.spans[0].key.window == 0 and hash(params.capture[0].key) == hash(fact)
 
 
 def test_capture_includes_tokens_taken_from_the_prefix_cache() -> None:

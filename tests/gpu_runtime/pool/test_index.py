@@ -557,3 +557,30 @@ def test_prefetch_promotes_unpinned_entries_and_leaves_pinned_ones_in_place() ->
     assert tier_of(idx, k(A, "k2")) is Tier.HOST  # pinned: its slabs must not move
     assert all(m.key != k(A, "k2") for m in moves)
     assert idx.stats(A)["pinned"] == 1  # prefetch pins nothing itself
+
+
+def test_pin_in_memory_pins_where_entries_are_or_nothing() -> None:
+    idx = index(gpu=3, host=3)
+    for name in ("g", "h", "d"):
+        idx.admit(A, k(A, name), SLAB)
+    idx.demote(A, [k(A, "h")], Tier.HOST)
+    idx.demote(A, [k(A, "d")], Tier.DISK)
+    tiers = {n: e.tier for n in ("g", "h", "d") if (e := idx.lookup(A, k(A, n))) is not None}
+    assert tiers == {"g": Tier.GPU, "h": Tier.HOST, "d": Tier.DISK}
+
+    before = idx.stats(A)
+    assert idx.pin_in_memory(A, [k(A, "g"), k(A, "d")]) is None  # a disk entry: slow path
+    assert idx.pin_in_memory(A, [k(A, "g"), k(A, "nope")]) is None  # unknown key
+    assert idx.stats(A) == before  # nothing pinned, nothing counted
+
+    placed = idx.pin_in_memory(A, [k(A, "h"), k(A, "g")])
+    assert placed is not None and [tier for tier, _ in placed] == [Tier.HOST, Tier.GPU]
+    assert placed[0][1] == idx.lookup(A, k(A, "h")).slabs  # type: ignore[union-attr]
+    after = idx.stats(A)
+    assert after["pinned"] == 2 and after["gpu_hits"] == before["gpu_hits"] + 1
+    assert after["host_hits"] == before["host_hits"] + 1
+    assert idx.lookup(A, k(A, "h")).tier is Tier.HOST  # type: ignore[union-attr]  # not promoted
+    with pytest.raises(TenantMismatchError):
+        idx.pin_in_memory(B, [k(A, "g")])
+    idx.unpin(A, [k(A, "h"), k(A, "g")])
+    assert idx.stats(A)["pinned"] == 0
