@@ -23,6 +23,12 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--enforce-eager", action="store_true", help="no CUDA graphs")
     parser.add_argument("--gpu-pool-gib", type=float, default=4.0, help="KV pool GPU tier")
     parser.add_argument("--host-pool-gib", type=float, default=4.0, help="KV pool host tier")
+    parser.add_argument(
+        "--cudagraph-mode",
+        help="vLLM CUDA graph mode (default: vLLM's, FULL_AND_PIECEWISE); FULL replays whole "
+        "graphs for prefills too, captured up to --max-capture-tokens",
+    )
+    parser.add_argument("--max-capture-tokens", type=int, help="largest CUDA graph batch")
 
 
 @dataclass
@@ -45,6 +51,12 @@ def open_session(args: argparse.Namespace, facts: int) -> Session:
     engine_args: dict[str, Any] = {"load_format": args.load_format, "max_num_seqs": 256}
     if args.load_format == "dummy":
         engine_args["skip_tokenizer_init"] = True
+    graphs = {
+        "cudagraph_mode": getattr(args, "cudagraph_mode", None),
+        "max_cudagraph_capture_size": getattr(args, "max_capture_tokens", None),
+    }
+    if any(graphs.values()):
+        engine_args["compilation_config"] = {k: v for k, v in graphs.items() if v}
     budget = PoolBudget(int(args.gpu_pool_gib * 2**30), int(args.host_pool_gib * 2**30), 1 << 20)
     disk_root = tempfile.mkdtemp(prefix="inferscale-bench-kv-")
     pool = store_named("bench", disk_root, budget)

@@ -25,6 +25,7 @@ def main() -> None:
     parser.add_argument(
         "--cuda-graphs", action="store_true", help="vLLM's CUDA graphs (FULL for decode-only steps)"
     )
+    parser.add_argument("--cudagraph-mode", help="with --cuda-graphs: e.g. FULL (prefills too)")
     args = parser.parse_args()
 
     from vllm import SamplingParams
@@ -44,6 +45,8 @@ def main() -> None:
     from gpu_runtime.store.memory import PoolBudget
 
     budget = PoolBudget(1 << 30, 1 << 30, 1 << 20)  # the tiered pool: the fused CUDA loader
+    mode = args.cudagraph_mode
+    graphs = {"compilation_config": {"cudagraph_mode": mode}} if mode else {}
     llm = build_injection_llm(
         settings,
         store_name="device",
@@ -56,6 +59,7 @@ def main() -> None:
             "skip_tokenizer_init": True,
             "gpu_memory_utilization": 0.8,
             "max_num_seqs": 8,
+            **graphs,
         },
     )
     vllm_config = llm.llm_engine.vllm_config
