@@ -41,6 +41,9 @@ def test_ttft_and_throughput_harness(runtime: Any, tmp_path: Path) -> None:
     rows = throughput(workload, [2], k=4, max_tokens=3)
     assert {r["mode"] for r in rows} == {"kv", "prompt"}
     assert all(r["requests_per_s"] > 0 for r in rows)
+    for r in rows:  # every first token comes before the round's last token
+        round_ms = 1000 * r["users"] / r["requests_per_s"]
+        assert 0 < r["ttft_ms"]["median"] <= r["ttft_ms"]["p95"] <= round_ms
 
     moved = offload(workload, runtime.store, k=4, repeats=1, warmup=0)
     assert moved["gpu"]["n"] == moved["host"]["n"] == moved["host_prefetch"]["n"] == 1

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 
 import pytest
 
+from gpu_runtime.connector.metadata import slot_array
 from gpu_runtime.connector.scheduler import SchedulerHalf, claimable_tokens, slots_for
 from gpu_runtime.connector.wire import decode_params, encode_params
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
@@ -137,3 +139,14 @@ def test_capture_includes_tokens_taken_from_the_prefix_cache() -> None:
     assert [(p.dst_offset, p.n, p.position, p.slots) for p in capture.pieces] == [
         (0, 5, 6, (22, 23, 28, 29, 30))
     ]
+
+
+def test_vectorised_load_slots_match_the_per_token_rule() -> None:
+    rng = random.Random(3)
+    for _ in range(50):
+        size = rng.choice([1, 4, 16])
+        blocks = rng.sample(range(1000), 12)
+        start = rng.randrange(0, 6 * size)
+        end = rng.randrange(start, 12 * size + 1)
+        expected = slots_for(blocks, size, start, end)
+        assert tuple(slot_array(tuple(blocks), size, start, end).tolist()) == expected

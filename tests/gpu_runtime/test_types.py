@@ -1,0 +1,45 @@
+"""Keys: value semantics, a hash computed once, and safe to pickle across processes."""
+
+from __future__ import annotations
+
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+
+pytestmark = pytest.mark.unit
+
+CFG = EncodingConfig("m", 5, 2)
+
+
+def test_fact_keys_compare_and_hash_by_value() -> None:
+    a = FactKey.for_fact(TenantId("t"), "f", 1, CFG)
+    b = FactKey.for_fact(TenantId("t"), "f", 1, CFG)
+    assert a == b and hash(a) == hash(b) and len({a, b}) == 1
+    others = [
+        FactKey.for_fact(TenantId("u"), "f", 1, CFG),
+        FactKey.for_fact(TenantId("t"), "g", 1, CFG),
+        FactKey.for_fact(TenantId("t"), "f", 2, CFG),
+        FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("m", 0, 2)),
+        FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("m", 5, 3)),
+    ]
+    assert all(a != o for o in others) and len({a, *others}) == 6
+    assert a.config == CFG and sorted([others[0], a])[0] == a
+
+
+def test_a_key_pickled_in_another_process_rehashes_here() -> None:
+    """String hashes are salted per process: a stored hash must not travel with the key."""
+    code = (
+        "import pickle, sys; from gpu_runtime.types import *; "
+        "k = FactKey.for_fact(TenantId('t'), 'fact', 1, EncodingConfig('m', 5, 2)); "
+        "sys.stdout.buffer.write(pickle.dumps(k))"
+    )
+    blob = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, check=True, env={"PYTHONHASHSEED": "7"}
+    ).stdout
+    local = FactKey.for_fact(TenantId("t"), "fact", 1, CFG)
+    theirs = pickle.loads(blob)
+    assert theirs == local and hash(theirs) == hash(local) and theirs in {local: 1}
