@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--users", default="1,10,50,100")
     parser.add_argument("--throughput-k", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=1, help="throughput: rounds per cell")
     parser.add_argument("--offload-k", type=int, default=50)
     parser.add_argument("--windows", default="0,5,20", help="encode: context windows w")
     parser.add_argument("--encode-facts", type=int, default=200, help="encode: facts per w")
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
             for hook, row in result["connector_timings_ttft"].items():
                 print(f"hook {hook:<28} {row['calls']:>6} calls {row['mean_us']:9.1f} us")
     if "throughput" in args.what:
-        result["throughput"] = throughput(workload, users, args.throughput_k, args.max_tokens)
+        result["throughput"] = throughput(
+            workload, users, args.throughput_k, args.max_tokens, args.rounds
+        )
     if "offload" in args.what:
         result["offload"] = offload(workload, session.pool, args.offload_k, args.repeats)
     if "encode" in args.what:

@@ -118,7 +118,7 @@ def throughput(
                 elapsed += seconds
                 ttfts += round_ttfts
             rows.append(
-                {"users": n, "mode": mode, "k": k, "max_tokens": max_tokens,
+                {"users": n, "mode": mode, "k": k, "max_tokens": max_tokens, "rounds": rounds,
                  "requests_per_s": n * rounds / elapsed, "ttft_ms": summary(ttfts)}
             )  # fmt: skip
             print(
