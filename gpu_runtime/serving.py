@@ -44,13 +44,13 @@ class EngineLoop:
 
     def run_all(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[Any]:
         """Submit every request before waiting, so vLLM batches them."""
-        return [outputs[-1][1] for outputs in self._gather(prompts, params)]
+        return [last[1] for _, last in self._gather(prompts, params)]
 
     def run_timed(self, prompts: Sequence[Any], params: Sequence[Any]) -> list[tuple[float, float]]:
         """Like ``run_all``; per request the ``time.perf_counter()`` at which the engine thread
         emitted its first and its last output: what clients see, without their own threads
         competing with the engine for the interpreter (benchmarks)."""
-        return [(outputs[0][0], outputs[-1][0]) for outputs in self._gather(prompts, params)]
+        return [(first[0], last[0]) for first, last in self._gather(prompts, params)]
 
     def _submit(self, prompt: Any, params: Any) -> queue.Queue[Any]:
         sink: queue.Queue[Any] = queue.Queue()
@@ -59,14 +59,15 @@ class EngineLoop:
 
     def _gather(
         self, prompts: Sequence[Any], params: Sequence[Any]
-    ) -> list[list[tuple[float, Any]]]:
+    ) -> list[tuple[tuple[float, Any], tuple[float, Any]]]:
+        """Submits all, then per request its first and last (emitted at, output)."""
         sinks = [self._submit(prompt, p) for prompt, p in zip(prompts, params, strict=True)]
         results = []
         for sink in sinks:
-            outputs = []
+            first = last = self._next(sink)  # every request emits at least one output
             while (item := self._next(sink)) is not _DONE:
-                outputs.append(item)
-            results.append(outputs)
+                last = item
+            results.append((first, last))
         return results
 
     def _next(self, sink: queue.Queue[Any]) -> Any:

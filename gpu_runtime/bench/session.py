@@ -52,8 +52,8 @@ def open_session(args: argparse.Namespace, facts: int) -> Session:
     if args.load_format == "dummy":
         engine_args["skip_tokenizer_init"] = True
     graphs = {
-        "cudagraph_mode": getattr(args, "cudagraph_mode", None),
-        "max_cudagraph_capture_size": getattr(args, "max_capture_tokens", None),
+        "cudagraph_mode": args.cudagraph_mode,
+        "max_cudagraph_capture_size": args.max_capture_tokens,
     }
     if any(graphs.values()):
         engine_args["compilation_config"] = {k: v for k, v in graphs.items() if v}

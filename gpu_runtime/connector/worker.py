@@ -166,9 +166,9 @@ class WorkerHalf:
         """After the forward was enqueued: copies each capture piece's KV out of every layer.
         Done once per step rather than per layer, so it also works when vLLM replays a FULL
         CUDA graph (no per-layer hooks run then)."""
+        first = self._kv[self.layers[0]]
         for request in captures:
             for piece in request.pieces:
-                first = self._kv[self.layers[0]]
                 buffer = self._buffer(request, piece.key, piece.total, first)
                 slots = torch.tensor(piece.slots, dtype=torch.int64, device=first.device)
                 rows = slice(piece.dst_offset, piece.dst_offset + piece.n)

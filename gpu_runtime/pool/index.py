@@ -268,15 +268,12 @@ class ResidencyIndex:
             if any(e is None or e.doomed or e.tier is Tier.DISK for e in found):
                 return None
             placed: list[tuple[Tier, tuple[int, ...]]] = []
-            hits: Counter[Tier] = Counter()
             for entry in found:
                 assert entry is not None
-                hits[entry.tier] += 1
+                self._count_lookup(tenant, entry)
                 entry.pins += 1
                 self._use(entry)
                 placed.append((entry.tier, entry.slabs))
-            for tier, n in hits.items():  # as _count_lookup, once per tier
-                self._counters[(tenant, f"{tier}_hits")] += n
             return placed
 
     def prefetch(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
