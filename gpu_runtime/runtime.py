@@ -69,7 +69,7 @@ class Completion:
 class InjectionRuntime:
     def __init__(self, llm: LLM, store: KVStore, composer: PromptComposer, model_name: str) -> None:
         self.llm = llm
-        self.loop = EngineLoop(llm)
+        self.loop = EngineLoop(llm, idle=store.reclaim)
         self._epochs: dict[TenantId, int] = {}
         self.store = store
         self.composer = composer

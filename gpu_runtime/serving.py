@@ -9,15 +9,17 @@ many threads are batched by vLLM's scheduler and tokens reach clients as they ar
 from __future__ import annotations
 
 import itertools
+import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
 
 _DONE = object()
+logger = logging.getLogger(__name__)
 
 
 class EngineLoopError(RuntimeError):
@@ -25,8 +27,11 @@ class EngineLoopError(RuntimeError):
 
 
 class EngineLoop:
-    def __init__(self, llm: Any) -> None:
+    def __init__(self, llm: Any, idle: Callable[[], None] | None = None) -> None:
+        """``idle``: housekeeping to run once whenever the engine runs out of requests (e.g.
+        the KV pool's ``reclaim``), so it is off every request's critical path."""
         self._engine = llm.llm_engine
+        self._idle = idle
         self._inbox: queue.Queue[tuple[str, Any, Any, queue.Queue[Any]]] = queue.Queue()
         self._streams: dict[str, queue.Queue[Any]] = {}
         self._ids = itertools.count()
@@ -105,10 +110,15 @@ class EngineLoop:
     def _run(self) -> None:
         # vLLM-CPU replaces torch.set_num_threads with a no-op after binding; call what it wraps.
         torch._C.set_num_threads(self._num_threads)
+        stepped = False
         while True:
+            if stepped and not self._streams and self._idle is not None:
+                self._run_idle()
+            stepped = False
             self._admit(block=not self._streams)
             if not self._streams:
                 continue
+            stepped = True
             try:
                 outputs = self._engine.step()
             except Exception as exc:  # the engine is broken: fail everyone waiting
@@ -126,3 +136,10 @@ class EngineLoop:
                 if output.finished:
                     target.put(_DONE)
                     del self._streams[output.request_id]
+
+    def _run_idle(self) -> None:
+        assert self._idle is not None
+        try:
+            self._idle()
+        except Exception:  # housekeeping must never take the loop down
+            logger.exception("engine loop idle work failed")

@@ -52,6 +52,24 @@ class FactKey:
     def __hash__(self) -> int:
         return self._hash
 
+    def __eq__(self, other: object) -> bool:
+        # Hand-written (the dataclass's builds two tuples and compares TenantIds through their
+        # own __eq__): dict lookups by key run per fact of every request.
+        if self is other:
+            return True
+        if other.__class__ is not FactKey:
+            return NotImplemented
+        assert isinstance(other, FactKey)
+        return (
+            self._hash == other._hash
+            and self.fact_id == other.fact_id
+            and self.tenant.value == other.tenant.value
+            and self.fact_version == other.fact_version
+            and self.model == other.model
+            and self.window == other.window
+            and self.encoding_version == other.encoding_version
+        )
+
     def __reduce__(self) -> tuple[type[FactKey], tuple[Any, ...]]:
         # Rebuilt through __init__: string hashes differ between processes.
         fields = (self.tenant, self.fact_id, self.fact_version, self.model, self.window)

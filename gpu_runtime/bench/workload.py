@@ -95,9 +95,11 @@ class Workload:
         facts = [ids(t) for t in texts]
         keys = [FactKey.for_fact(tenant, f"f{i}", 1, config) for i in range(len(facts))]
         pre_key = FactKey.preamble(tenant, tuple(preamble), config)
+        reclaim = store.reclaim if store is not None else None  # pins released while idle
+        loop = loop or EngineLoop(llm, idle=reclaim)
         return cls(
-            llm, loop or EngineLoop(llm), tenant, config, preamble, facts, keys, pre_key, vocab,
-            random.Random(seed), store,
+            llm, loop, tenant, config, preamble, facts, keys, pre_key, vocab, random.Random(seed),
+            store,
         )  # fmt: skip
 
     def sampling(self, max_tokens: int, params: dict[str, Any] | None) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from itertools import chain
 
 import numpy as np
 import torch
@@ -25,14 +24,12 @@ import torch
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
-from gpu_runtime.pool.arena import Resident
-from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.arena import PinnedFacts
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.rope import RopeRotator
 from gpu_runtime.types import FactKey, TenantId
 
 LOOKAHEAD_LAYERS = 3  # host-tier loads launched this many layers ahead of the forward
-HOST_ARENA = TieredKVPool.ARENAS.index(Tier.HOST)
 
 
 @dataclass
@@ -89,6 +86,8 @@ class FusedLoader:
         self._arenas = torch.tensor(pool.arena_addresses(), dtype=torch.int64).to(self.device)
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None  # type: ignore[no-untyped-call]
         self._step: _Step | None = None
+        self._staging: torch.Tensor | None = None  # [capacity] int64, pinned: plan uploads
+        self._last_done: torch.cuda.Event | None = None  # the last step's reads, all enqueued
         self._retired: list[_Step] = []
         self._retired_lock = threading.Lock()  # the pool may reclaim from another thread
         pool.add_reclaimer(self.release_completed)
@@ -124,7 +123,7 @@ class FusedLoader:
         forward (for forwards whose per-layer hooks will not run)."""
         self.release_completed()
         pins: list[tuple[TenantId, list[FactKey]]] = []
-        residents: list[list[Resident]] = []
+        pinned: list[PinnedFacts] = []
         for load in loads:
             keys = list(dict.fromkeys(piece.key for piece in load.pieces))
             found = self.pool.acquire(load.tenant, keys)
@@ -132,20 +131,18 @@ class FusedLoader:
                 self._unpin(pins)
                 return False
             pins.append((load.tenant, keys))
-            residents.append(found)
+            pinned.append(found)
         try:
-            plan, on_host = self._plan(loads, residents)
+            plan = self._plan(loads, pinned)
         except Exception:
             self._unpin(pins)
             raise
+        on_host = any(found.on_host for found in pinned)
         step = _Step(pins, plan, layerwise=self._cuda and on_host and layerwise)
         self._step = step
-        if self._cuda:  # facts promoted by a prefetch whose copy may still be landing
-            current = torch.cuda.current_stream(self.device)
-            for found in residents:
-                for resident in found:
-                    if resident.ready is not None:
-                        current.wait_event(resident.ready)
+        for event in (event for found in pinned for event in found.ready):
+            # a fact promoted by a prefetch whose copy may still be landing
+            torch.cuda.current_stream(self.device).wait_event(event)
         if step.layerwise:
             assert self._stream is not None
             self._stream.wait_stream(torch.cuda.current_stream(self.device))  # blocks now free
@@ -199,6 +196,7 @@ class FusedLoader:
         if self._cuda:
             step.done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             step.done.record()
+            self._last_done = step.done
             self._retired.append(step)
         else:  # CPU: the kernel ran synchronously
             self._unpin(step.pins)
@@ -221,62 +219,71 @@ class FusedLoader:
             self.pool.release(tenant, keys)
 
     def _plan(
-        self, loads: list[LoadRequest], residents: list[list[Resident]]
-    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], bool]:
+        self, loads: list[LoadRequest], pinned: list[PinnedFacts]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Vectorised per load (no Python loop over tokens): the int64 tables, on the device."""
         token_rows: list[np.ndarray] = []  # each [n, 4]: fact, local token, delta, slot
-        facts: list[int] = []  # flattened [F, 3]: arena, stored tokens, first slab-table row
-        slab_table: list[int] = []
-        on_host = False
-        for load, found in zip(loads, residents, strict=True):
-            base = len(facts) // inject.FACT_FIELDS
-            where: dict[FactKey, int] = {}
-            for resident in found:
-                if resident.n_layers != self.shape.n_layers:
-                    raise ValueError(f"{resident.key} was encoded for another model shape")
-                where[resident.key] = len(where)
-                facts += [resident.arena, resident.n_tokens, len(slab_table)]
-                slab_table += resident.slabs
-                on_host = on_host or resident.arena == HOST_ARENA
-            lengths = np.array([r.n_tokens for r in found], dtype=np.int64)
-            stored_at = np.concatenate(([0], np.cumsum(lengths)[:-1]))  # [F] offsets into stored
-            stored = np.fromiter(
-                chain.from_iterable(r.positions for r in found), np.int64, int(lengths.sum())
-            )  # [sum n] capture positions of every fact
-            fact = np.array([where[p.key] for p in load.pieces], dtype=np.int64)  # [P]
-            src = np.array([p.src_offset for p in load.pieces], dtype=np.int64)
-            dst = np.array([p.position for p in load.pieces], dtype=np.int64)
-            count = np.array([p.n for p in load.pieces], dtype=np.int64)
+        fact_rows: list[np.ndarray] = []  # each [F, 3]: arena, stored tokens, first slab row
+        slab_tables: list[np.ndarray] = []  # each [S]: slab ids
+        n_facts = n_slabs = 0
+        for load, found in zip(loads, pinned, strict=True):
+            if found.n_layers != {self.shape.n_layers}:
+                raise ValueError(f"facts of {load.req_id} were encoded for another model shape")
+            index = {key: i for i, key in enumerate(found.keys)}
+            pieces = np.array(
+                [(index[p.key], p.src_offset, p.n, p.position) for p in load.pieces], np.int64
+            ).reshape(-1, 4)  # [P, 4]: fact, first stored token, tokens, first position
+            fact, src, count, dst = pieces.T
             total = int(count.sum())
             if total != load.end - load.start:
                 raise ValueError("load pieces do not cover the claimed slots")
             piece = np.repeat(np.arange(len(count)), count)  # [n] piece of each token
             step = np.arange(total) - np.repeat(np.cumsum(count) - count, count)  # [n]
-            local = src[piece] + step
+            local = src[piece] + step  # [n] token within its stored fact
+            stored = found.positions[found.position_rows[fact[piece]] + local]  # [n] captured at
             rows = np.empty((total, inject.TOKEN_FIELDS), dtype=np.int64)
-            rows[:, 0] = base + fact[piece]
+            rows[:, 0] = n_facts + fact[piece]
             rows[:, 1] = local
-            rows[:, 2] = dst[piece] + step - stored[stored_at[fact[piece]] + local]
+            rows[:, 2] = dst[piece] + step - stored
             rows[:, 3] = load.slots()
             token_rows.append(rows)
+            fact_rows.append(np.stack([found.arenas, found.n_tokens, n_slabs + found.slab_rows], 1))
+            slab_tables.append(found.slabs)
+            n_facts += len(found.keys)
+            n_slabs += len(found.slabs)
         tokens = np.concatenate(token_rows) if token_rows else np.empty((0, 4), np.int64)
         if len(tokens) and int(np.abs(tokens[:, 2]).max()) >= self._max_position:
             raise ValueError("a position change is beyond the RoPE table")
-        # Each table starts 16-byte aligned: Triton specialises pointers on alignment, and
-        # varying it would compile new kernel variants mid-serving.
-        parts = [tokens.ravel(), np.asarray(facts, np.int64), np.asarray(slab_table, np.int64)]
-        sizes = [len(p) + len(p) % 2 for p in parts]
-        flat = np.zeros(sum(sizes), dtype=np.int64)
-        offsets = np.concatenate(([0], np.cumsum(sizes)))
-        for part, at in zip(parts, offsets, strict=False):
-            flat[at : at + len(part)] = part
-        packed_host = torch.from_numpy(flat)
-        if self._cuda:
-            packed_host = packed_host.pin_memory()
-        packed = packed_host.to(self.device, non_blocking=True)
-        plan = (
-            packed[offsets[0] : offsets[0] + len(parts[0])].view(-1, inject.TOKEN_FIELDS),
-            packed[offsets[1] : offsets[1] + len(parts[1])].view(-1, inject.FACT_FIELDS),
-            packed[offsets[2] : offsets[2] + len(parts[2])],
+        facts = np.concatenate(fact_rows) if fact_rows else np.empty((0, 3), np.int64)
+        slabs = np.concatenate(slab_tables) if slab_tables else np.empty(0, np.int64)
+        packed, offsets = self._upload([tokens.ravel(), facts.ravel(), slabs])
+        return (
+            packed[offsets[0] : offsets[0] + tokens.size].view(-1, inject.TOKEN_FIELDS),
+            packed[offsets[1] : offsets[1] + facts.size].view(-1, inject.FACT_FIELDS),
+            packed[offsets[2] : offsets[2] + slabs.size],
         )
-        return plan, on_host
+
+    def _upload(self, parts: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
+        """``parts`` (int64) in one device tensor, each starting 16-byte aligned: Triton
+        specialises pointers on alignment, and varying it would compile new kernel variants
+        mid-serving. On CUDA through a reused pinned buffer: pinning afresh every step costs
+        more than the whole plan."""
+        offsets, total = [], 0
+        for part in parts:
+            offsets.append(total)
+            total += len(part) + len(part) % 2
+        if not self._cuda:
+            flat = np.zeros(total, dtype=np.int64)
+            for part, at in zip(parts, offsets, strict=True):
+                flat[at : at + len(part)] = part
+            return torch.from_numpy(flat), offsets
+        if self._staging is None or self._staging.numel() < total:
+            self._staging = torch.empty(max(total, 4096), dtype=torch.int64).pin_memory()
+        elif self._last_done is not None:  # recorded after the last copy out of the buffer
+            self._last_done.synchronize()  # (long finished: its step has completed since)
+        staging = self._staging.numpy()
+        for part, at in zip(parts, offsets, strict=True):
+            staging[at : at + len(part)] = part
+        packed = torch.empty(total, dtype=torch.int64, device=self.device)
+        packed.copy_(self._staging[:total], non_blocking=True)
+        return packed, offsets

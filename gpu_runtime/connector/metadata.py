@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -16,10 +17,9 @@ def slot_array(block_ids: tuple[int, ...], block_size: int, start: int, end: int
     return blocks[positions // block_size] * block_size + positions % block_size
 
 
-@dataclass(frozen=True)
-class LoadPiece:
+class LoadPiece(NamedTuple):
     """Tokens ``[src_offset, src_offset + n)`` of a stored fact go to prompt positions
-    ``[position, position + n)``."""
+    ``[position, position + n)``. A named tuple: a request makes one per fact, every step."""
 
     key: FactKey
     src_offset: int

@@ -1,14 +1,15 @@
 """Byte-level storage of the tiered pool: fixed-size slab arenas and how a fact is packed.
 
 A fact's KV (keys, values, positions) is one byte blob spread over slabs that need not be
-contiguous; arenas copy slabs between tiers by direct DMA. ``Resident`` tells the fused loader
-where a pinned fact's slabs are.
+contiguous; arenas copy slabs between tiers by direct DMA. ``PinnedFacts`` tells the fused
+loader where a request's pinned facts' slabs are.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from gpu_runtime.store.fact_kv import FactKV
@@ -23,6 +24,11 @@ class Packing:
     dtype: torch.dtype
     checksum: str
     positions: tuple[int, ...]  # where each key was rotated at capture (also in the blob)
+    # The same positions as an array [n] int64, for the fused loader's vectorised plan.
+    position_array: np.ndarray = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "position_array", np.asarray(self.positions, dtype=np.int64))
 
     @property
     def kv_bytes(self) -> int:
@@ -91,13 +97,20 @@ class SlabArena:
 
 
 @dataclass(frozen=True)
-class Resident:
-    """Where a pinned fact's bytes are, for the fused loader (``connector/fused.py``)."""
+class PinnedFacts:
+    """Where a request's pinned facts' bytes are, fact by fact in the order asked for (arrays,
+    so that the fused loader plans a request without a Python loop per fact or token)."""
 
-    key: FactKey
-    arena: int  # 0: GPU arena, 1: host arena (``TieredKVPool.ARENAS``)
-    slabs: tuple[int, ...]
-    n_tokens: int
-    n_layers: int
-    positions: tuple[int, ...]
-    ready: torch.cuda.Event | None = None  # a promotion copy the reader must wait for
+    keys: tuple[FactKey, ...]
+    arenas: np.ndarray  # [F] int64: 0 GPU arena, 1 host arena (``TieredKVPool.ARENAS``)
+    n_tokens: np.ndarray  # [F] int64: stored tokens per fact
+    n_layers: frozenset[int]  # layer counts the facts were encoded with (one, if one model)
+    slab_rows: np.ndarray  # [F] int64: where each fact's slab ids start in ``slabs``
+    slabs: np.ndarray  # [sum of slabs per fact] int64: slab ids, fact after fact
+    position_rows: np.ndarray  # [F] int64: where each fact's positions start in ``positions``
+    positions: np.ndarray  # [sum n_tokens] int64: capture positions, fact after fact
+    ready: tuple[torch.cuda.Event, ...] = ()  # promotion copies a reader must wait for
+
+    @property
+    def on_host(self) -> bool:
+        return bool(self.arenas.any())

@@ -98,15 +98,17 @@ class Entry:
 
 
 def _check(tenant: TenantId, key: FactKey) -> None:
-    if key.tenant != tenant:
+    if key.tenant.value != tenant.value:
         raise TenantMismatchError(f"key of tenant {key.tenant.value!r} used as {tenant.value!r}")
 
 
 def _distinct(tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
     """Checks every key before anything changes, and drops repeats (a request pins a key once)."""
     result = list(dict.fromkeys(keys))
+    name = tenant.value
     for key in result:
-        _check(tenant, key)
+        if key.tenant.value != name:  # _check, inlined: this runs per fact of every request
+            _check(tenant, key)
     return result
 
 
@@ -189,13 +191,15 @@ class ResidencyIndex:
 
     def missing(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
         """The keys the index does not hold (one lock for a whole request's facts)."""
-        with self._lock:
-            out = []
-            for key in keys:
+        wanted = list(keys)
+        name = tenant.value
+        for key in wanted:
+            if key.tenant.value != name:  # _check, inlined: it runs per fact of every request
                 _check(tenant, key)
-                if self._live(tenant, key) is None:
-                    out.append(key)
-            return out
+        with self._lock:
+            held = self._entries.get(tenant, {})
+            found = [held.get(key) for key in wanted]
+            return [key for key, e in zip(wanted, found, strict=True) if e is None or e.doomed]
 
     def placements(
         self, tenant: TenantId, keys: Iterable[FactKey]
@@ -264,17 +268,24 @@ class ResidencyIndex:
         wanted = _distinct(tenant, keys)
         with self._lock:
             held = self._entries.get(tenant, {})
-            found = [held.get(key) for key in wanted]
-            if any(e is None or e.doomed or e.tier is Tier.DISK for e in found):
-                return None
-            placed: list[tuple[Tier, tuple[int, ...]]] = []
+            found: list[Entry] = []
+            for key in wanted:
+                entry = held.get(key)
+                if entry is None or entry.doomed or entry.tier is Tier.DISK:
+                    return None
+                found.append(entry)
+            # Per request, not per fact: counters once per tier, one tick per entry.
+            tick, on_gpu = self._tick, 0
             for entry in found:
-                assert entry is not None
-                self._count_lookup(tenant, entry)
+                tick += 1
+                entry.last_use = tick
                 entry.pins += 1
-                self._use(entry)
-                placed.append((entry.tier, entry.slabs))
-            return placed
+                on_gpu += entry.tier is Tier.GPU
+            self._tick = tick
+            for tier, count in ((Tier.GPU, on_gpu), (Tier.HOST, len(found) - on_gpu)):
+                if count:
+                    self._counters[(tenant, f"{tier}_hits")] += count
+            return [(entry.tier, entry.slabs) for entry in found]
 
     def prefetch(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
         """Promotes unpinned entries towards GPU ahead of a request (no pin, no use counted).
@@ -285,9 +296,10 @@ class ResidencyIndex:
         wanted = _distinct(tenant, keys)
         with self._lock:
             moves: list[Move] = []
+            held = self._entries.get(tenant, {})
             for key in wanted:
-                entry = self._live(tenant, key)
-                if entry is None or entry.pins or entry.tier is Tier.GPU:
+                entry = held.get(key)
+                if entry is None or entry.doomed or entry.pins or entry.tier is Tier.GPU:
                     continue
                 for tier in _MEMORY_TIERS:
                     if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
@@ -314,13 +326,16 @@ class ResidencyIndex:
         wanted = _distinct(tenant, keys)
         with self._lock:
             held = self._entries.get(tenant, {})
-            bad = [key for key in wanted if key not in held or not held[key].pins]
-            if bad:
-                raise UnknownEntryError(bad)
+            found = [held.get(key) for key in wanted]
+            if not all(entry is not None and entry.pins for entry in found):
+                raise UnknownEntryError(
+                    [key for key in wanted if key not in held or not held[key].pins]
+                )
             freed: list[Entry] = []
-            for entry in (held[key] for key in wanted):
+            for entry in found:
+                assert entry is not None
                 entry.pins -= 1
-                if entry.pins == 0 and entry.doomed:
+                if entry.doomed and not entry.pins:
                     freed.append(self._drop(entry))
             return freed
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Gauge, Histogram
 
 from gpu_runtime.pool.index import Tier
@@ -23,14 +25,25 @@ RESIDENT_BYTES = Gauge("inferscale_kv_bytes", "Bytes resident per tier", ["tenan
 
 
 class PoolMetrics:
+    def __init__(self) -> None:
+        # Series by label values, looked up once: ``labels()`` validates and locks on every
+        # call, and hits are counted on every request's critical path.
+        self._series: dict[tuple[Any, ...], Any] = {}
+
+    def _labelled(self, metric: Any, *values: str) -> Any:
+        key = (metric, *values)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = metric.labels(*values)
+        return series
+
     def hit(self, tenant: TenantId, tier: Tier, seconds: float) -> None:
-        HITS.labels(tenant.value, tier.value).inc()
-        LOAD_SECONDS.labels(tier.value).observe(seconds)
+        self.hits(tenant, tier, 1, seconds)
 
     def hits(self, tenant: TenantId, tier: Tier, count: int, seconds_each: float) -> None:
         """A request's ``count`` facts found on ``tier``, fetched in ``seconds_each`` on average."""
-        HITS.labels(tenant.value, tier.value).inc(count)
-        LOAD_SECONDS.labels(tier.value).observe(seconds_each)
+        self._labelled(HITS, tenant.value, tier.value).inc(count)
+        self._labelled(LOAD_SECONDS, tier.value).observe(seconds_each)
 
     def miss(self, tenant: TenantId) -> None:
         MISSES.labels(tenant.value).inc()

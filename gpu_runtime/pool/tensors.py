@@ -14,11 +14,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
+from itertools import chain
 from pathlib import Path
+from typing import cast
 
+import numpy as np
 import torch
 
-from gpu_runtime.pool.arena import Packing, Resident, SlabArena, pack, unpack
+from gpu_runtime.pool.arena import Packing, PinnedFacts, SlabArena, pack, unpack
 from gpu_runtime.pool.index import Move, ResidencyIndex, Tier, UnknownEntryError
 from gpu_runtime.pool.metrics import PoolMetrics
 from gpu_runtime.store.disk import DiskKVStore
@@ -173,10 +176,10 @@ class TieredKVPool:
         with self._lock, torch.inference_mode():
             return tuple(self._arena(tier).data.data_ptr() for tier in self.ARENAS)
 
-    def acquire(self, tenant: TenantId, keys: list[FactKey]) -> list[Resident] | None:
-        """Pins ``keys`` where they are (disk-only facts are loaded into memory) and says where
-        their slabs are; ``None`` (nothing pinned) if a fact is gone or cannot reach memory.
-        The caller must ``release`` the same keys once its reads have completed."""
+    def acquire(self, tenant: TenantId, keys: list[FactKey]) -> PinnedFacts | None:
+        """Pins ``keys`` (distinct) where they are (disk-only facts are loaded into memory) and
+        says where their slabs are; ``None`` (nothing pinned) if a fact is gone or cannot reach
+        memory. The caller must ``release`` the same keys once its reads have completed."""
         started = time.perf_counter()
         with self._lock, torch.inference_mode():
             placements: Sequence[tuple[Tier, tuple[int, ...]] | None] | None
@@ -193,28 +196,56 @@ class TieredKVPool:
                 except UnknownEntryError:
                     return None
                 placements = self.index.placements(tenant, keys)
-            resident = []
-            for key, placed in zip(keys, placements, strict=True):
-                packing = self._packings.get(key)
-                if placed is None or placed[0] is Tier.DISK or packing is None:
-                    self.release(tenant, keys)
-                    return None
-                tier, slabs = placed
-                layers, n_tokens = packing.shape[0], packing.shape[1]
-                landing = self._landing.get(key) if tier is Tier.GPU else None
-                if landing is not None and landing.query():  # type: ignore[no-untyped-call]
-                    del self._landing[key]
-                    landing = None
-                resident.append(
-                    Resident(key, self.ARENAS.index(tier), slabs, n_tokens, layers,
-                             packing.positions, landing)
-                )  # fmt: skip
+            pinned = self._pinned(keys, placements)
+            if pinned is None:
+                self.release(tenant, keys)
+                return None
         elapsed = (time.perf_counter() - started) / max(len(keys), 1)
-        for arena, tier in enumerate(self.ARENAS):
-            count = sum(1 for r in resident if r.arena == arena)
+        on_host = int(pinned.arenas.sum())
+        for tier, count in ((Tier.GPU, len(keys) - on_host), (Tier.HOST, on_host)):
             if count:
                 self.metrics.hits(tenant, tier, count, elapsed)
-        return resident
+        return pinned
+
+    def _pinned(
+        self,
+        keys: list[FactKey],
+        placements: Sequence[tuple[Tier, tuple[int, ...]] | None],
+    ) -> PinnedFacts | None:
+        """Gathers pinned facts' arenas, slabs and positions (lock held); ``None`` if one of
+        them is not in memory after all. Whole-request comprehensions, not a loop body per
+        fact: this runs on the engine's critical path for every request."""
+        packings = [self._packings.get(key) for key in keys]
+        if any(p is None for p in packings) or any(
+            placed is None or placed[0] is Tier.DISK for placed in placements
+        ):
+            return None
+        placed = cast("list[tuple[Tier, tuple[int, ...]]]", placements)
+        stored = cast("list[Packing]", packings)
+        n = len(keys)
+        slab_counts = np.fromiter((len(p[1]) for p in placed), np.int64, n)
+        lengths = np.fromiter((p.shape[1] for p in stored), np.int64, n)
+        ready: list[torch.cuda.Event] = []
+        if self._landing:  # promotions to the GPU tier in flight (prefetch)
+            for key, (tier, _) in zip(keys, placed, strict=True):
+                landing = self._landing.get(key) if tier is Tier.GPU else None
+                if landing is None:
+                    continue
+                if landing.query():  # type: ignore[no-untyped-call]
+                    del self._landing[key]  # landed: readers need not wait
+                else:
+                    ready.append(landing)
+        return PinnedFacts(
+            keys=tuple(keys),
+            arenas=np.fromiter((p[0] is Tier.HOST for p in placed), np.int64, n),
+            n_tokens=lengths,
+            n_layers=frozenset(p.shape[0] for p in stored),
+            slab_rows=np.cumsum(slab_counts) - slab_counts,
+            slabs=np.fromiter(chain.from_iterable(p[1] for p in placed), np.int64),
+            position_rows=np.cumsum(lengths) - lengths,
+            positions=np.concatenate([p.position_array for p in stored]),
+            ready=tuple(ready),
+        )
 
     def add_reclaimer(self, reclaim: Callable[[], None]) -> None:
         """``reclaim()`` releases pins whose readers have finished; called before the pool
@@ -224,6 +255,11 @@ class TieredKVPool:
     def _reclaim(self) -> None:
         for reclaim in self._reclaimers:
             reclaim()
+
+    def reclaim(self) -> None:
+        """Releases the pins of finished reads now (the engine loop calls it while idle, so
+        that the next request does not pay for the last one's bookkeeping)."""
+        self._reclaim()
 
     def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
         """Starts promoting a request's facts to the GPU tier as soon as they are known (at

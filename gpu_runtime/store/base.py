@@ -25,3 +25,8 @@ class KVStore(Protocol):
     def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
         """A hint that a request will read ``keys`` soon (tiered pool: start promoting)."""
         ...
+
+    def reclaim(self) -> None:
+        """Housekeeping the engine loop runs while idle, off any request's critical path
+        (tiered pool: release the pins of reads that have completed)."""
+        ...

@@ -76,6 +76,9 @@ class InMemoryKVStore:
     def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
         return None  # one tier: nothing to move ahead of a request
 
+    def reclaim(self) -> None:
+        return None  # nothing is pinned
+
     def keys(self, tenant: TenantId) -> list[FactKey]:
         with self._lock:
             held = set(self._by_tenant.get(tenant, {}))

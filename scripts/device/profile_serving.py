@@ -2,6 +2,10 @@
 
 1. Steady state, after warm-up: TTFT medians of kv/prompt cells at k=0 and k=50 with the
    connector hooks timed.
+1b. Phases (``--parts phases``): single requests stepped from this thread, round-robin over
+   kv/prompt/prefix-cache cells, with vLLM's own stages wrapped in wall-clock timers (input
+   processing, schedule, execute, sample, update, output) plus the forward's GPU time
+   (CUDA events) and our hooks, as medians per cell: where a kv request's extra time goes.
 2. The engine stepped directly from this thread (no EngineLoop hand-off) under torch.profiler
    (CPU + CUDA) for kv k=0 and kv k=50 requests: operator tables and a chrome trace.
 3. 100 concurrent users, kv and prompt: time inside ``engine.step`` vs outside it, and a
@@ -21,6 +25,8 @@ import os
 import pstats
 import statistics
 import time
+from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +65,132 @@ def _steady(w: Any, repeats: int) -> dict[str, Any]:
         "loop_ttft": {f"{r['mode']}{r['k']}": r["ttft_ms"] for r in rows},
         "direct_ttft": {f"{m}{k}": summary(v) for (m, k), v in direct.items()},
         "hooks_us": {h: round(v["mean_us"], 1) for h, v in hooks.items()},
+    }
+
+
+class _Phases:
+    """Wall-clock time per labelled vLLM stage, summed per request (stages may nest)."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+        self.gpu_events: list[tuple[Any, Any]] = []
+
+    def wrap(self, owner: Any, name: str, label: str) -> None:
+        original = getattr(owner, name, None)
+        if original is None:
+            print(f"phases: no {label} ({type(owner).__name__}.{name})", flush=True)
+            return
+
+        def run(*args: Any, __f: Callable[..., Any] = original, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return __f(*args, **kwargs)
+            finally:
+                self.seconds[label] += time.perf_counter() - started
+
+        setattr(owner, name, run)
+
+    def wrap_gpu(self, owner: Any, name: str) -> None:
+        """CUDA events around ``owner.name``: the GPU time of what it enqueues."""
+        import torch
+
+        original = getattr(owner, name, None)
+        if original is None:
+            print(f"phases: no GPU timing ({type(owner).__module__}.{name})", flush=True)
+            return
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            try:
+                return original(*args, **kwargs)
+            finally:
+                end.record()
+                self.gpu_events.append((start, end))
+
+        setattr(owner, name, run)
+
+    def take(self) -> dict[str, float]:
+        """This request's ms per stage (GPU forward included), then reset."""
+        out = {label: s * 1000 for label, s in self.seconds.items()}
+        if self.gpu_events:
+            out["gpu_execute"] = sum(a.elapsed_time(b) for a, b in self.gpu_events)
+        self.seconds.clear()
+        self.gpu_events.clear()
+        return out
+
+
+def _phases(w: Any, repeats: int) -> dict[str, Any]:
+    """Per cell and stage, the median ms of single requests stepped from this thread."""
+    from gpu_runtime.bench.measure import summary
+    from gpu_runtime.connector import timing
+
+    engine = w.llm.llm_engine
+    core = engine.engine_core.engine_core
+    runner = core.model_executor.driver_worker.worker.model_runner
+    phases = _Phases()
+    stages = [
+        (engine, "add_request", "add_request"),
+        (engine.input_processor, "process_inputs", "add.process_inputs"),
+        (engine.output_processor, "add_request", "add.output_state"),
+        (engine.engine_core, "add_request", "add.core"),
+        (engine, "step", "step"),
+        (core.scheduler, "schedule", "step.schedule"),
+        (core.model_executor, "execute_model", "step.execute_model"),
+        (core.model_executor, "sample_tokens", "step.sample_tokens"),
+        (core.scheduler, "update_from_output", "step.update_from_output"),
+        (engine.output_processor, "process_outputs", "step.process_outputs"),
+        (runner, "add_requests", "exec.v2.add_requests"),
+        (runner, "update_requests", "exec.v2.update_requests"),
+        (runner, "prepare_inputs", "exec.v2.prepare_inputs"),
+        (runner, "prepare_attn", "exec.v2.prepare_attn"),
+        (runner, "sample", "sample.v2.sample"),
+        (runner, "postprocess_sampled", "sample.v2.postprocess"),
+        (runner, "_update_states", "exec.update_states"),
+        (runner, "_prepare_inputs", "exec.prepare_inputs"),
+        (runner, "_build_attention_metadata", "exec.attention_metadata"),
+        (runner, "_model_forward", "exec.model_forward_cpu"),
+        (runner, "_sample", "sample.sample"),
+        (runner, "_bookkeeping_sync", "sample.bookkeeping_sync"),
+    ]
+    from gpu_runtime.connector import fused, scheduler
+    from gpu_runtime.pool.tensors import TieredKVPool
+
+    stages += [  # our own code inside the hooks (on the classes: every instance)
+        (scheduler.SchedulerHalf, "num_new_matched_tokens", "ours.claimable"),
+        (scheduler.SchedulerHalf, "build", "ours.build_meta"),
+        (TieredKVPool, "prefetch", "ours.prefetch"),
+        (TieredKVPool, "acquire", "ours.acquire"),
+        (TieredKVPool, "release", "ours.release"),
+        (fused.FusedLoader, "release_completed", "ours.release_completed"),
+        (fused.FusedLoader, "_plan", "ours.plan"),
+        (fused.FusedLoader, "_upload", "ours.plan.upload"),
+        (fused.inject, "launch", "ours.kernel_launch"),
+    ]
+    for owner, name, label in stages:
+        phases.wrap(owner, name, label)
+    import torch
+
+    if torch.cuda.is_available():
+        phases.wrap_gpu(runner, "execute_model")  # loads + forward, enqueued
+    cells = [("kv", 0), ("kv", 50), ("prompt_prefix_cache", 50), ("prompt", 0), ("prompt", 50)]
+    per_cell: dict[str, dict[str, list[float]]] = {f"{m}{k}": defaultdict(list) for m, k in cells}
+    for i in range(3 + repeats):
+        for mode, k in cells:
+            timing.reset()
+            phases.take()
+            ttft = _direct_ttft(w, mode, k)
+            if i < 3:
+                continue
+            row = phases.take()
+            row["ttft"] = ttft
+            for hook, stats in timing.snapshot().items():
+                row[f"hook.{hook}"] = stats["total_ms"]
+            for label, ms in row.items():
+                per_cell[f"{mode}{k}"][label].append(ms)
+    return {
+        cell: {label: round(summary(v)["median"], 3) for label, v in sorted(rows.items())}
+        for cell, rows in per_cell.items()
     }
 
 
@@ -137,20 +269,28 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--users", type=int, default=100)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--parts", default="steady,phases,torch,load")
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     session = open_session(args, 300)
     w = session.workload
     result: dict[str, Any] = dict(session.header)
-    result["steady"] = _steady(w, args.repeats)
-    print(json.dumps(result["steady"], indent=1), flush=True)
-    (out / "torch_profile.txt").write_text(_torch_profile(w, out))
-    _under_load(w, 10, 50, 32)  # warm the batched shapes
-    load_report, load_text = _under_load(w, args.users, 50, 32)
-    result["under_load"] = load_report
-    print(json.dumps(load_report, indent=1), flush=True)
-    (out / "cprofile_load.txt").write_text(load_text)
+    if "steady" in parts:
+        result["steady"] = _steady(w, args.repeats)
+        print(json.dumps(result["steady"], indent=1), flush=True)
+    if "torch" in parts:
+        (out / "torch_profile.txt").write_text(_torch_profile(w, out))
+    if "load" in parts:
+        _under_load(w, 10, 50, 32)  # warm the batched shapes
+        load_report, load_text = _under_load(w, args.users, 50, 32)
+        result["under_load"] = load_report
+        print(json.dumps(load_report, indent=1), flush=True)
+        (out / "cprofile_load.txt").write_text(load_text)
+    if "phases" in parts:  # last: it wraps vLLM's methods for good
+        result["phases_ms"] = _phases(w, args.repeats)
+        print(json.dumps(result["phases_ms"], indent=1), flush=True)
     (out / "profile.json").write_text(json.dumps(result, indent=1))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from prometheus_client import REGISTRY
 
 from gpu_runtime.pool.index import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
@@ -109,7 +110,52 @@ def test_prefetch_moves_host_facts_to_the_gpu_tier_bit_identically(tmp_path: Pat
     placed = p.index.placements(T, on_host[:1])[0]
     assert placed is not None and placed[0] is Tier.GPU
     resident = p.acquire(T, on_host[:1])
-    assert resident is not None and resident[0].arena == 0  # read from the GPU arena now
+    assert resident is not None and resident.arenas.tolist() == [0]  # the GPU arena now
     p.release(T, on_host[:1])
     for key, value in items.items():
         assert same(p.get(T, key), value)
+
+
+def test_acquire_reports_where_each_pinned_fact_is_and_pins_until_release(tmp_path: Path) -> None:
+    """Facts on both memory tiers and one only on disk (reloaded): arenas, slab ids and capture
+    positions per fact, in the order asked for, as the fused loader reads them."""
+    p = pool(tmp_path, gpu_slabs=2, host_slabs=3)
+    items = {FactKey.for_fact(T, f"f{i}", 1, CFG): kv(i) for i in range(4)}
+    for key, value in items.items():
+        p.put(T, key, value)
+    keys = list(items)[::-1]  # newest (GPU) first, oldest last
+    p.demote(T, keys[-1:], Tier.DISK)
+    assert p.index.placements(T, keys[-1:]) == [(Tier.DISK, ())]
+    before = {tier: served(tier) for tier in ("gpu", "host")}
+    pinned = p.acquire(T, keys)
+    assert pinned is not None and pinned.keys == tuple(keys)
+    placed = p.index.placements(T, keys)
+    assert all(at is not None and at[0] is not Tier.DISK for at in placed)  # all in memory now
+    arenas = [TieredKVPool.ARENAS.index(at[0]) for at in placed if at is not None]
+    assert pinned.arenas.tolist() == arenas and 0 in arenas and 1 in arenas
+    assert pinned.on_host
+    assert pinned.n_layers == {2} and pinned.n_tokens.tolist() == [6] * len(keys)
+    for i, (key, at) in enumerate(zip(keys, placed, strict=True)):
+        assert at is not None
+        start = int(pinned.slab_rows[i])
+        assert tuple(pinned.slabs[start : start + len(at[1])].tolist()) == at[1]
+        first = int(pinned.position_rows[i])
+        assert pinned.positions[first : first + 6].tolist() == items[key].positions.tolist()
+    assert p.stats(T)["pinned"] == len(keys)
+    for tier, arena in (("gpu", 0), ("host", 1)):  # Prometheus: one hit per fact, by tier
+        assert served(tier) - before[tier] == arenas.count(arena)
+    p.release(T, keys)
+    assert p.stats(T)["pinned"] == 0
+
+
+def served(tier: str) -> float:
+    labels = {"tenant": T.value, "tier": tier}
+    return REGISTRY.get_sample_value("inferscale_kv_hits_total", labels) or 0.0
+
+
+def test_acquire_pins_nothing_when_a_fact_is_gone(tmp_path: Path) -> None:
+    p = pool(tmp_path)
+    held = FactKey.for_fact(T, "held", 1, CFG)
+    p.put(T, held, kv(1))
+    assert p.acquire(T, [held, FactKey.for_fact(T, "never-stored", 1, CFG)]) is None
+    assert p.stats(T)["pinned"] == 0
