@@ -112,8 +112,8 @@ class EngineLoop:
         torch._C.set_num_threads(self._num_threads)
         stepped = False
         while True:
-            if stepped and not self._streams and self._idle is not None:
-                self._run_idle()
+            if stepped and not self._streams and self._idle is not None and self._inbox.empty():
+                self._run_idle()  # truly idle: nothing running and nothing waiting
             stepped = False
             self._admit(block=not self._streams)
             if not self._streams:

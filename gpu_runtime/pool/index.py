@@ -191,11 +191,7 @@ class ResidencyIndex:
 
     def missing(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
         """The keys the index does not hold (one lock for a whole request's facts)."""
-        wanted = list(keys)
-        name = tenant.value
-        for key in wanted:
-            if key.tenant.value != name:  # _check, inlined: it runs per fact of every request
-                _check(tenant, key)
+        wanted = _distinct(tenant, keys)
         with self._lock:
             held = self._entries.get(tenant, {})
             found = [held.get(key) for key in wanted]

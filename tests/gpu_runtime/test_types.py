@@ -25,8 +25,10 @@ def test_fact_keys_compare_and_hash_by_value() -> None:
         FactKey.for_fact(TenantId("t"), "f", 2, CFG),
         FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("m", 0, 2)),
         FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("m", 5, 3)),
+        FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("n", 5, 2)),
     ]
-    assert all(a != o for o in others) and len({a, *others}) == 6
+    assert all(a != o and not a == o for o in others) and len({a, *others}) == 7
+    assert a != ("t", "f", 1, "m", 5, 2) and a != a.to_wire()  # only keys equal keys
     assert a.config == CFG and sorted([others[0], a])[0] == a
 
 
