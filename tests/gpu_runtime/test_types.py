@@ -27,7 +27,7 @@ def test_fact_keys_compare_and_hash_by_value() -> None:
         FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("m", 5, 3)),
         FactKey.for_fact(TenantId("t"), "f", 1, EncodingConfig("n", 5, 2)),
     ]
-    assert all(a != o and not a == o for o in others) and len({a, *others}) == 7
+    assert all(a != o and (a == o) is False for o in others) and len({a, *others}) == 7
     assert a != ("t", "f", 1, "m", 5, 2) and a != a.to_wire()  # only keys equal keys
     assert a.config == CFG and sorted([others[0], a])[0] == a
 

@@ -71,5 +71,6 @@ def test_ttft_and_throughput_harness(runtime: Any, tmp_path: Path) -> None:
     write_report(result, tmp_path)
     table = (tmp_path / "bench.md").read_text()
     assert "| 4 |" in table and "Throughput" in table and "offload" in table
+    assert "prefix cache / its k=0" in table and "| 1.00x |" in table  # k=0 against itself
     assert "encoding rate" in table
     json.dumps(result)  # serialisable as written by the CLI
