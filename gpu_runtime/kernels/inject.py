@@ -162,6 +162,9 @@ def supported_dtype(dtype: torch.dtype) -> bool:
     return triton is not None and dtype in _TL_DTYPES
 
 
+_LAUNCHERS: dict[KernelShape, Any] = {}  # shape -> kernel compiled for aligned pointers
+
+
 def launch(
     shape: KernelShape,
     tokens: torch.Tensor,  # int64 [T, 4] on the cache's device
@@ -196,9 +199,6 @@ def launch(
         # Its only specialisation is the 16-byte alignment of the pointers (scalars are not
         # specialised), which is checked before every direct launch.
         _LAUNCHERS[shape] = compiled
-
-
-_LAUNCHERS: dict[KernelShape, Any] = {}  # shape -> kernel compiled for aligned pointers
 
 
 @functools.cache

@@ -124,7 +124,7 @@ class TieredKVPool:
     # ---- store interface -----------------------------------------------------------------
     def put(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
         self.disk.put(key, kv)
-        self._reclaim()
+        self.reclaim()
         # The arenas are made and written inside vLLM's inference mode (engine steps); callers
         # outside it (the runtime, tests) must touch them the same way.
         with self._lock, torch.inference_mode():
@@ -252,20 +252,17 @@ class TieredKVPool:
         evicts or demotes, so a finished request's pins never block eviction."""
         self._reclaimers.append(reclaim)
 
-    def _reclaim(self) -> None:
-        for reclaim in self._reclaimers:
-            reclaim()
-
     def reclaim(self) -> None:
-        """Releases the pins of finished reads now (the engine loop calls it while idle, so
-        that the next request does not pay for the last one's bookkeeping)."""
-        self._reclaim()
+        """Releases the pins of finished reads now: before the pool plans evictions or moves,
+        and from the engine loop while it is idle (so the next request does not pay for it)."""
+        for release in self._reclaimers:
+            release()
 
     def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
         """Starts promoting a request's facts to the GPU tier as soon as they are known (at
         retrieval), so the host->GPU copy overlaps everything before the forward. Asynchronous
         on CUDA: a reader waits on the fact's landing event, never on the whole pool."""
-        self._reclaim()
+        self.reclaim()
         with self._lock, torch.inference_mode():
             self._apply(self.index.prefetch(tenant, keys), join=False)
             for key in [k for k, e in self._landing.items() if e.query()]:  # type: ignore[no-untyped-call]
@@ -296,7 +293,7 @@ class TieredKVPool:
         return sorted(set(self.index.keys(tenant)) | set(self.disk.keys(tenant)))
 
     def demote(self, tenant: TenantId, keys: Iterable[FactKey], tier: Tier) -> None:
-        self._reclaim()
+        self.reclaim()
         with self._lock, torch.inference_mode():
             self._apply(self.index.demote(tenant, keys, tier))
             if self.device.type == "cuda":
