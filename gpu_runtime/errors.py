@@ -1,4 +1,4 @@
-"""Errors raised by the GPU runtime; callers map them (the backend maps them to HTTP)."""
+"""Errors raised by the GPU runtime; its server maps them to HTTP in one place."""
 
 
 class RuntimeErrorBase(Exception):
@@ -15,3 +15,15 @@ class UnsupportedLayoutError(RuntimeErrorBase):
 
 class EngineError(RuntimeErrorBase):
     """The engine could not start or answer."""
+
+
+class InvalidRequestError(RuntimeErrorBase):
+    """A request the runtime cannot serve as stated (the message says why)."""
+
+
+class PromptTooLongError(InvalidRequestError):
+    """The prompt and the tokens asked for do not fit the model's context."""
+
+
+class EncodingError(RuntimeErrorBase):
+    """The engine ran but a fact's KV did not reach the store."""

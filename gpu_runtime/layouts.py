@@ -8,7 +8,12 @@ Supported (anything else is refused at start-up with ``UnsupportedLayoutError``)
   through vLLM's own ``cpu_attn_reshape_and_cache`` and reads use the inverse permutation,
   calibrated at start-up by writing index-coded tokens through that same op.
 * ``FLASH_ATTN`` (vLLM 0.26 CUDA): logical ``[num_blocks, kv_heads, block_size, 2 * head]`` with
-  K in ``[..., :head]`` and V in ``[..., head:]``.
+  K in ``[..., :head]`` and V in ``[..., head:]``; an FP8 cache (``kv_cache_dtype="fp8"``) is the
+  same layout of bytes (vLLM allocates uint8 and its kernels view them as e4m3), read and
+  written here as that FP8 type, already at the layer's scale.
+
+vLLM-CPU's FP8 cache is refused: its kernels need AVX-512 or AMX, and its packing of FP8 blocks
+has not been verified against a machine that runs them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from typing import Protocol
 import torch
 
 from gpu_runtime.errors import UnsupportedLayoutError
+from gpu_runtime.store.quant import is_fp8
 
 # (key [n, H, D], value [n, H, D], key_cache, value_cache, slots [n] int64) -> None
 CacheWriteOp = Callable[
@@ -59,7 +65,8 @@ def _check_shape(kv_layer: torch.Tensor, geometry: CacheGeometry, backend: str) 
             f"[num_blocks, {expected[0]}, {expected[1]}, {expected[2]}]; this vLLM version's "
             "layout has not been verified"
         )
-    if kv_layer.dtype != geometry.dtype:
+    fp8_bytes = is_fp8(geometry.dtype) and kv_layer.dtype == torch.uint8
+    if kv_layer.dtype != geometry.dtype and not fp8_bytes:
         raise UnsupportedLayoutError(f"{backend}: cache dtype {kv_layer.dtype} != {geometry.dtype}")
 
 
@@ -152,6 +159,10 @@ class FlashLogicalLayout:
     def __init__(self, geometry: CacheGeometry) -> None:
         self.geometry = geometry
 
+    def _raw(self, kv_layer: torch.Tensor) -> torch.Tensor:
+        """An FP8 cache as bytes (copied by index as such on every device), others as they are."""
+        return kv_layer.view(torch.uint8) if is_fp8(self.geometry.dtype) else kv_layer
+
     def _addresses(self, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         slots = slots.to(torch.int64)
         return slots // self.geometry.block_size, slots % self.geometry.block_size
@@ -160,7 +171,9 @@ class FlashLogicalLayout:
         self, kv_layer: torch.Tensor, slots: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         block, offset = self._addresses(slots.to(kv_layer.device))
-        tokens = kv_layer[block, :, offset]  # [n, H, 2*D]
+        tokens = self._raw(kv_layer)[block, :, offset]  # [n, H, 2*D]
+        if is_fp8(self.geometry.dtype):
+            tokens = tokens.view(self.geometry.dtype)
         d = self.geometry.head_size
         return tokens[..., :d], tokens[..., d:]
 
@@ -170,8 +183,14 @@ class FlashLogicalLayout:
         block, offset = self._addresses(slots.to(kv_layer.device))
         d = self.geometry.head_size
         dtype = self.geometry.dtype
-        kv_layer[block, :, offset, :d] = keys.to(kv_layer.device, dtype)  # [n, H, D]
-        kv_layer[block, :, offset, d:] = values.to(kv_layer.device, dtype)
+        if is_fp8(dtype) and (keys.dtype != dtype or values.dtype != dtype):
+            raise ValueError("an FP8 cache takes FP8 KV already at its scale (FactCodec)")
+        keys, values = keys.to(kv_layer.device, dtype), values.to(kv_layer.device, dtype)
+        if is_fp8(dtype):
+            keys, values = keys.view(torch.uint8), values.view(torch.uint8)
+        raw = self._raw(kv_layer)
+        raw[block, :, offset, :d] = keys  # [n, H, D]
+        raw[block, :, offset, d:] = values
 
 
 def layout_for(
@@ -179,6 +198,12 @@ def layout_for(
 ) -> PagedKVLayout:
     """The adapter for a backend, or a clear refusal for anything not verified."""
     if backend_name == "CPU_ATTN":
+        if is_fp8(geometry.dtype):
+            raise UnsupportedLayoutError(
+                "CPU_ATTN with an FP8 KV cache is not supported (vLLM-CPU runs it only with "
+                "AVX-512 or AMX, and its FP8 block packing has not been verified); use "
+                "INFERSCALE_KV_CACHE_DTYPE=auto with INFERSCALE_FACT_KV_DTYPE=fp8_e4m3"
+            )
         if cpu_write_op is None:
             raise UnsupportedLayoutError("CPU_ATTN needs vLLM's cpu_attn_reshape_and_cache op")
         return CpuPackedLayout(geometry, cpu_write_op)

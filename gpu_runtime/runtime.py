@@ -1,272 +1,384 @@
-"""InjectionRuntime: the engine, its KV store and the composer behind one tenant-typed API.
+"""InjectionRuntime: vLLM's ``AsyncLLM`` with our connector, behind one tenant-typed async API.
 
-This is the interface the backend and the worker call (in-process for now; a service process
-later wraps the same class). ``kv`` mode injects stored KV, ``prompt`` mode prefills the same
-token ids (Mem0-style), ``none`` answers without memories.
+The runtime process holds this object (the server wraps it in HTTP); the engine core and its
+workers run in processes of their own, so this object holds no KV and no scheduler state. What it
+does own: each tenant's prefix-cache epoch (part of every cache salt it derives), and the order
+of out-of-band operations, which reach the workers through ``collective_rpc``.
+
+``kv`` mode injects stored KV for the memory segment (vLLM prefills the rest), ``prompt`` mode
+prefills the same token ids (Mem0-style). Encoding prefills [window][fact] and keeps the fact's
+KV (the connector's capture), batched by vLLM with whatever else is running.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
-from collections.abc import Iterator, Sequence
+import itertools
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from gpu_runtime.composer import ComposedPrompt, FactText, PromptComposer, Turn
 from gpu_runtime.config import RuntimeSettings
-from gpu_runtime.connector.wire import encode_params
-from gpu_runtime.engine import build_injection_llm
-from gpu_runtime.errors import RuntimeErrorBase
-from gpu_runtime.serving import EngineLoop
-from gpu_runtime.store.base import KVStore
-from gpu_runtime.store.memory import PoolBudget, store_named
-from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
+from gpu_runtime.connector.hints import HintSender
+from gpu_runtime.connector.wire import WIRE_KEY, encode_params
+from gpu_runtime.engine import connector_options, start_engine
+from gpu_runtime.errors import EngineError, InvalidRequestError, PromptTooLongError
+from gpu_runtime.store.stored_facts import StoredFacts
+from gpu_runtime.types import (
+    PREAMBLE_PREFIX,
+    EncodingConfig,
+    FactKey,
+    MemorySegment,
+    Span,
+    TenantId,
+    cache_salt,
+)
 
-if TYPE_CHECKING:
-    from vllm import LLM
-
-
-class EncodingError(RuntimeErrorBase):
-    """The engine ran but a fact's KV did not reach the store."""
-
-
-DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the facts about the user when relevant."
+logger = logging.getLogger(__name__)
 
 
 class Mode(enum.StrEnum):
     KV = "kv"
     PROMPT = "prompt"
-    NONE = "none"
 
 
 @dataclass(frozen=True)
-class FactToEncode:
-    key: FactKey
-    text: str
-    window: tuple[Turn, ...] = ()  # turns preceding the fact, oldest first; the last w are used
+class Structured:
+    """The output constrained by vLLM's structured outputs (xgrammar): a JSON schema (its JSON
+    text) or any JSON object; ``compact``: no whitespace between tokens."""
+
+    json_schema: str | None = None
+    json_object: bool = False
+    compact: bool = False
 
 
 @dataclass(frozen=True)
-class StreamEvent:
-    """Incremental output: the text and token ids produced since the previous event."""
+class Sampling:
+    max_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    seed: int | None = None
+    logprobs: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    prefix_cache: bool = True  # False: shares no prefix-cache blocks with any other request
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    structured: Structured | None = None
 
-    text: str
+
+@dataclass(frozen=True)
+class Generation:
+    tenant: TenantId
     token_ids: tuple[int, ...]
-    finished: bool
+    mode: Mode
+    segment: MemorySegment | None = None  # kv mode: the spans to inject
+    sampling: Sampling = field(default_factory=Sampling)
+
+
+@dataclass(frozen=True)
+class Delta:
+    token_ids: tuple[int, ...]
+    text: str
+    logprobs: tuple[tuple[tuple[int, float], ...], ...] | None  # per token: (id, logprob)
+
+
+@dataclass(frozen=True)
+class Finish:
     finish_reason: str | None
     prompt_tokens: int
-    num_cached_tokens: int
+    completion_tokens: int
+    cached_tokens: int  # not computed: injected plus vLLM's prefix-cache hits
+    injected_tokens: int
+    engine_ttft_ms: float | None
 
 
 @dataclass(frozen=True)
-class Completion:
-    text: str
+class EncodeJob:
+    """Prefill ``token_ids`` (``inject`` injected first, if any) and store ``capture``."""
+
     token_ids: tuple[int, ...]
-    top_logprobs: tuple[dict[int, float], ...] = field(default=())
-    num_cached_tokens: int = 0  # prompt tokens vLLM did not compute (prefix cache + injected)
+    capture: tuple[Span, ...]
+    inject: tuple[Span, ...] = ()
 
 
 class InjectionRuntime:
-    def __init__(self, llm: LLM, store: KVStore, composer: PromptComposer, model_name: str) -> None:
-        self.llm = llm
-        self.loop = EngineLoop(llm, idle=store.reclaim)
+    def __init__(self, engine: Any, settings: RuntimeSettings) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.encoding_model = settings.model_name
+        self.max_model_len = settings.max_model_len
+        vllm_config = engine.vllm_config
+        self.block_size = int(vllm_config.cache_config.block_size)
+        self.dtype = str(vllm_config.model_config.dtype).removeprefix("torch.")
+        self.vocab_size = int(vllm_config.model_config.get_vocab_size())
+        # Dummy-weight benchmark engines run without a tokenizer: ids only, no text.
+        self.detokenize = not bool(getattr(vllm_config.model_config, "skip_tokenizer_init", False))
+        self.disk = StoredFacts(settings.resolved_kv_store_dir)  # the workers write it
         self._epochs: dict[TenantId, int] = {}
-        self.store = store
-        self.composer = composer
-        self.model_name = model_name
+        self._ids = itertools.count()
+        self._prefix = uuid.uuid4().hex[:8]
+        self._preambles: dict[FactKey, asyncio.Future[None]] = {}
+        self._hints: HintSender | None = None
+        self.workers: list[dict[str, Any]] = []  # each rank, as it describes itself
 
     @classmethod
-    def start(
-        cls,
-        settings: RuntimeSettings,
-        *,
-        store_name: str = "default",
-        disk_root: str | None = None,
-        pool: PoolBudget | None = None,
-        scrub_blocks: bool = False,
-        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
-        engine_args: dict[str, Any] | None = None,
-    ) -> InjectionRuntime:
-        store = store_named(store_name, disk_root, pool)  # before the engine: this process decides
-        llm = build_injection_llm(
-            settings,
-            store_name=store_name,
-            disk_root=disk_root,
-            pool=pool,
-            scrub_blocks=scrub_blocks,
-            extra_engine_args=engine_args,
-        )
-        tokenizer = llm.get_tokenizer()
-        composer = PromptComposer(
-            lambda text: list(tokenizer.encode(text, add_special_tokens=False)), system_prompt
-        )
-        return cls(llm, store, composer, settings.model_name)
+    async def start(cls, settings: RuntimeSettings) -> InjectionRuntime:
+        """Starts the engine (tens of seconds) without blocking the event loop."""
+        options = connector_options(settings)
+        engine = await asyncio.to_thread(start_engine, settings, options)
+        runtime = cls(engine, settings)
+        runtime.workers = await runtime.describe()
+        addresses = [w["hints"] for w in runtime.workers if w.get("hints")]
+        runtime._hints = HintSender(addresses) if addresses else None
+        return runtime
 
-    def config(self, window: int, version: int = 1) -> EncodingConfig:
-        return EncodingConfig(self.model_name, window, version)
+    def shutdown(self) -> None:
+        if self._hints is not None:
+            self._hints.close()
+        self.engine.shutdown()
 
-    # ---- encoding ------------------------------------------------------------------------
-    def encode(
-        self, tenant: TenantId, config: EncodingConfig, facts: Sequence[FactToEncode]
-    ) -> list[FactKey]:
-        """Context-window encoding, all facts batched in one engine call: prefill
-        [last w turns][fact] and keep only the fact's KV (keys un-rotated)."""
-        prompts, params = [], []
-        for fact in facts:
-            if fact.key.tenant != tenant or fact.key.config != config:
-                raise ValueError(f"{fact.key} does not belong to {tenant} under {config}")
-            turns = self.composer.last_turns(fact.window, config.window)
-            window = self.composer.window_tokens(turns)
-            tokens = self.composer.fact_tokens(fact.text)
-            prompts.append(window + tokens)
-            params.append(
-                encode_params(tenant, config, capture=(Span(fact.key, len(window), len(tokens)),))
-            )
-        salt = cache_salt(tenant, "encode|" + config.fingerprint())
-        self._run(prompts, params, salt, max_tokens=1)
-        missing = [f.key for f in facts if not self.store.contains_all(tenant, [f.key])]
-        if missing:
-            raise EncodingError(f"{len(missing)} of {len(facts)} facts were not captured")
-        return [fact.key for fact in facts]
+    @property
+    def dead(self) -> bool:
+        return bool(getattr(self.engine, "errored", False))
 
-    def ensure_preamble(self, tenant: TenantId, prompt: ComposedPrompt) -> FactKey:
-        """The preamble sits at position 0 with nothing before it: its KV is exact."""
-        config = prompt.segment.config
-        first = prompt.segment.spans[0]
-        tokens = prompt.token_ids[: first.n_tokens]
-        key = first.key
-        if self.store.get(tenant, key) is None:
-            params = encode_params(tenant, config, capture=(Span(key, 0, len(tokens)),))
-            salt = cache_salt(tenant, "encode|" + config.fingerprint())
-            self._run([tokens], [params], salt, max_tokens=1)
-        return key
+    def key(self, tenant: TenantId, fact_id: str, version: int, window: int, enc: int) -> FactKey:
+        """A key of ``tenant`` for this runtime's model (clients never name the model)."""
+        return FactKey(tenant, fact_id, version, self.encoding_model, window, enc)
+
+    def epoch(self, tenant: TenantId) -> int:
+        return self._epochs.get(tenant, 0)
 
     # ---- serving -------------------------------------------------------------------------
-    def compose(
+    async def generate(self, request: Generation) -> AsyncIterator[Delta | Finish]:
+        """Streams ``Delta`` s, then one ``Finish``."""
+        received = time.perf_counter()
+        tenant, sampling = request.tenant, request.sampling
+        if len(request.token_ids) + sampling.max_tokens > self.max_model_len:
+            raise PromptTooLongError(
+                f"{len(request.token_ids)} prompt tokens + max_tokens {sampling.max_tokens} "
+                f"exceed the context of {self.max_model_len} tokens"
+            )
+        params: dict[str, Any] | None = None
+        if request.mode is Mode.KV:
+            segment = request.segment
+            if segment is None or segment.tenant != tenant or not segment.spans:
+                raise InvalidRequestError("kv mode needs a memory segment of the tenant's facts")
+            if segment.end > len(request.token_ids):
+                raise InvalidRequestError("the memory segment reaches past the prompt")
+            await self._ensure_preamble(tenant, request.token_ids, segment)
+            params = encode_params(tenant, segment.config, inject=segment.spans)
+            # Blocks hold injected and computed positions: their layout is part of the salt.
+            purpose = f"{segment.config.fingerprint()}|spans={segment.layout_digest()}"
+            salt = self._salt(tenant, purpose, sampling.prefix_cache)
+        else:
+            salt = self._salt(tenant, "prompt", sampling.prefix_cache)
+        first: float | None = None
+        prompt_tokens = len(request.token_ids)
+        completion = cached = injected = 0
+        finish: str | None = None
+        async for output in self._run(request.token_ids, salt, sampling, params):
+            best = output.outputs[0]
+            if best.token_ids and first is None:
+                first = time.perf_counter()
+            completion += len(best.token_ids)
+            cached = int(output.num_cached_tokens or 0)
+            logprobs = None
+            if sampling.logprobs is not None and best.logprobs:
+                logprobs = tuple(
+                    tuple((tid, float(lp.logprob)) for tid, lp in step.items())
+                    for step in best.logprobs
+                )
+            if best.token_ids or best.text:
+                yield Delta(tuple(best.token_ids), best.text, logprobs)
+            if output.finished:
+                finish = best.finish_reason
+                injected = _injected(output)
+        ttft = (first - received) * 1000 if first is not None else None
+        yield Finish(finish, prompt_tokens, completion, cached, injected, ttft)
+
+    # ---- encoding ------------------------------------------------------------------------
+    async def encode(
+        self, tenant: TenantId, config: EncodingConfig, jobs: Sequence[EncodeJob]
+    ) -> tuple[dict[FactKey, int], list[FactKey]]:
+        """Runs every job at once (vLLM batches them with the rest of its traffic); returns the
+        stored facts with their bytes on disk, and the captured keys that were not stored."""
+        if config.model != self.encoding_model:
+            raise InvalidRequestError(f"this runtime encodes for {self.encoding_model!r}")
+        for job in jobs:
+            for span in (*job.capture, *job.inject):
+                if span.key.tenant != tenant or span.end > len(job.token_ids):
+                    raise InvalidRequestError(f"span {span.key.fact_id} is not in its prompt")
+            if len(job.token_ids) + 1 > self.max_model_len:
+                raise PromptTooLongError("an encode prompt exceeds the context")
+        salt = self._salt(tenant, "encode|" + config.fingerprint())
+        sampling = Sampling(max_tokens=1)
+
+        async def one(job: EncodeJob) -> None:
+            params = encode_params(tenant, config, inject=job.inject, capture=job.capture)
+            async for _ in self._run(job.token_ids, salt, sampling, params):
+                pass
+
+        await asyncio.gather(*(one(job) for job in jobs))
+        stored: dict[FactKey, int] = {}
+        missing: list[FactKey] = []
+        for span in (span for job in jobs for span in job.capture):
+            size = self.disk.size(span.key)
+            if size is None:
+                missing.append(span.key)
+            else:
+                stored[span.key] = size
+        return stored, missing
+
+    async def _ensure_preamble(
+        self, tenant: TenantId, token_ids: tuple[int, ...], segment: MemorySegment
+    ) -> None:
+        """The preamble (system prompt, facts header) is the segment's first span, encoded at
+        position 0 with nothing before it, so its KV is exact; encoded once, on first use."""
+        first = segment.spans[0]
+        if not first.key.fact_id.startswith(PREAMBLE_PREFIX) or first.start != 0:
+            return
+        tokens = token_ids[: first.n_tokens]
+        if FactKey.preamble(tenant, tokens, segment.config) != first.key:
+            raise InvalidRequestError("the preamble key does not match the preamble's tokens")
+        if self.disk.contains(first.key):
+            return
+        pending = self._preambles.get(first.key)
+        if pending is None:
+            job = EncodeJob(tokens, (Span(first.key, 0, len(tokens)),))
+            task = asyncio.ensure_future(self._encode_preamble(tenant, segment.config, job))
+            self._preambles[first.key] = pending = task
+        await asyncio.shield(pending)
+
+    async def _encode_preamble(
+        self, tenant: TenantId, config: EncodingConfig, job: EncodeJob
+    ) -> None:
+        try:
+            await self.encode(tenant, EncodingConfig(self.encoding_model, 0, config.version), [job])
+        finally:
+            self._preambles.pop(job.capture[0].key, None)
+
+    # ---- out-of-band operations (every worker, ordered with engine steps) -----------------
+    async def purge(self, tenant: TenantId, keys: Sequence[FactKey]) -> int:
+        """Deletes facts from every tier and the disk on every worker, then bumps the tenant's
+        prefix-cache epoch, so blocks that held them are never reused; returns facts held."""
+        wire = [_wire(tenant, key) for key in keys]
+        held = await self.engine.collective_rpc("inferscale_purge", args=(tenant.value, wire))
+        self._bump(tenant)
+        return max(held) if held else 0
+
+    async def purge_tenant(self, tenant: TenantId) -> None:
+        await self.engine.collective_rpc("inferscale_purge_tenant", args=(tenant.value,))
+        self._bump(tenant)
+
+    def prefetch(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
+        """Starts moving facts towards the GPU tier on every worker: a hint, sent straight to
+        each worker's hint socket (not through the engine core); returns at once."""
+        if self._hints is not None:
+            self._hints.send(tenant.value, [_wire(tenant, key) for key in keys])
+
+    async def demote(self, tenant: TenantId, keys: Sequence[FactKey], tier: str) -> None:
+        wire = [_wire(tenant, key) for key in keys]
+        await self.engine.collective_rpc("inferscale_demote", args=(tenant.value, wire, tier))
+
+    async def placement(self, tenant: TenantId, keys: Sequence[FactKey]) -> list[str | None]:
+        """Each fact's fastest tier on the first worker rank (``None``: not stored anywhere)."""
+        wire = [_wire(tenant, key) for key in keys]
+        ranks = await self.engine.collective_rpc("inferscale_placement", args=(tenant.value, wire))
+        return [tier if tier is not None or not self.disk.contains(k) else "disk"
+                for tier, k in zip(ranks[0], keys, strict=True)]  # fmt: skip
+
+    def contains(self, tenant: TenantId, keys: Sequence[FactKey]) -> list[bool]:
+        """Whether each fact is stored (the durable store is what every worker loads from)."""
+        return [key.tenant == tenant and self.disk.contains(key) for key in keys]
+
+    async def stats(self, tenant: TenantId | None) -> list[dict[str, Any]]:
+        """Per worker rank: residency per tier, counters and load latency."""
+        name = tenant.value if tenant is not None else None
+        result: list[dict[str, Any]] = await self.engine.collective_rpc(
+            "inferscale_stats", args=(name,)
+        )
+        return result
+
+    async def describe(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self.engine.collective_rpc("inferscale_describe")
+        return result
+
+    # ---- internals -----------------------------------------------------------------------
+    def _bump(self, tenant: TenantId) -> None:
+        self._epochs[tenant] = self.epoch(tenant) + 1
+
+    def _salt(self, tenant: TenantId, purpose: str, shared: bool = True) -> str:
+        """Derived here only. ``shared=False``: a salt of this request alone, so it neither
+        reuses nor leaves reusable prefix-cache blocks (the connector still injects)."""
+        nonce = "" if shared else f"|{uuid.uuid4().hex}"
+        return cache_salt(tenant, f"{purpose}|e{self.epoch(tenant)}{nonce}")
+
+    async def _run(
         self,
-        tenant: TenantId,
-        config: EncodingConfig,
-        facts: Sequence[FactText],
-        query: str,
-        history: Sequence[tuple[str, str]] = (),
-        system: str | None = None,
-    ) -> ComposedPrompt:
-        return self.composer.compose(tenant, config, facts, history, query, system)
-
-    def _request(self, tenant: TenantId, prompt: ComposedPrompt, mode: Mode) -> tuple[Any, str]:
-        """(kv_transfer_params or None, cache salt) for a composed prompt in ``mode``."""
-        if prompt.segment.tenant != tenant:
-            raise ValueError("prompt composed for another tenant")
-        config = prompt.segment.config
-        if mode is Mode.KV:
-            self.ensure_preamble(tenant, prompt)
-            # Host-tier facts start their copy to the GPU tier now, overlapping admission,
-            # scheduling and input preparation instead of the forward.
-            self.store.prefetch(tenant, [span.key for span in prompt.segment.spans])
-            params = encode_params(tenant, config, inject=prompt.segment.spans)
-            return params, cache_salt(tenant, f"{config.fingerprint()}|{self._epoch(tenant)}")
-        return None, cache_salt(tenant, f"prompt|{self._epoch(tenant)}")
-
-    def _epoch(self, tenant: TenantId) -> str:
-        return f"e{self._epochs.get(tenant, 0)}"
-
-    def generate(
-        self,
-        tenant: TenantId,
-        prompt: ComposedPrompt,
-        mode: Mode,
-        *,
-        max_tokens: int = 64,
-        logprobs: int | None = None,
-    ) -> Completion:
-        params, salt = self._request(tenant, prompt, mode)
-        return self._run([prompt.token_ids], [params], salt, max_tokens, logprobs)[0]
-
-    def stream(
-        self,
-        tenant: TenantId,
-        prompt: ComposedPrompt,
-        mode: Mode,
-        *,
-        max_tokens: int = 64,
-        temperature: float = 0.0,
-        top_p: float = 1.0,
-        seed: int | None = None,
-    ) -> Iterator[StreamEvent]:
-        """Tokens as the engine produces them (the first event marks time to first token)."""
+        token_ids: tuple[int, ...],
+        salt: str,
+        sampling: Sampling,
+        params: dict[str, Any] | None,
+    ) -> AsyncIterator[Any]:
         from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
+        from vllm.exceptions import VLLMClientError
+        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
-        params, salt = self._request(tenant, prompt, mode)
-        sampling = SamplingParams(
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            max_tokens=max_tokens,
+        structured = None
+        if (wanted := sampling.structured) is not None:
+            structured = StructuredOutputsParams(
+                json=wanted.json_schema,
+                json_object=True if wanted.json_object else None,
+                disable_any_whitespace=wanted.compact,
+            )
+        vllm_params = SamplingParams(
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            seed=sampling.seed,
+            max_tokens=sampling.max_tokens,
+            logprobs=sampling.logprobs,
+            stop=list(sampling.stop) or None,
+            stop_token_ids=list(sampling.stop_token_ids) or None,
+            ignore_eos=sampling.ignore_eos,
+            presence_penalty=sampling.presence_penalty,
+            frequency_penalty=sampling.frequency_penalty,
+            structured_outputs=structured,
+            detokenize=self.detokenize,
+            output_kind=RequestOutputKind.DELTA,
             extra_args={"kv_transfer_params": params} if params else None,
         )
-        request = TokensPrompt(prompt_token_ids=list(prompt.token_ids), cache_salt=salt)
-        sent_text, sent_tokens = 0, 0
-        for output in self.loop.stream(request, sampling):
-            best = output.outputs[0]
-            yield StreamEvent(
-                best.text[sent_text:],
-                tuple(best.token_ids[sent_tokens:]),
-                bool(output.finished),
-                best.finish_reason,
-                len(prompt.token_ids),
-                int(output.num_cached_tokens or 0),
-            )
-            sent_text, sent_tokens = len(best.text), len(best.token_ids)
-
-    def purge(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
-        """Delete facts' KV from every tier and make the tenant's prefix-cache blocks, which may
-        hold them, unreachable: serving salts carry a per-tenant epoch that this bumps."""
-        for key in keys:
-            self.store.delete(tenant, key)
-        self.invalidate_prefix_cache(tenant)
-
-    def invalidate_prefix_cache(self, tenant: TenantId) -> None:
-        self._epochs[tenant] = self._epochs.get(tenant, 0) + 1
-
-    def _run(
-        self,
-        prompts: Sequence[tuple[int, ...]],
-        params: Sequence[dict[str, Any] | None],
-        salt: str,
-        max_tokens: int,
-        logprobs: int | None = None,
-    ) -> list[Completion]:
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-
-        sampling = [
-            SamplingParams(
-                temperature=0.0,
-                max_tokens=max_tokens,
-                logprobs=logprobs,
-                extra_args={"kv_transfer_params": p} if p else None,
-            )
-            for p in params
-        ]
-        inputs: list[Any] = [
-            TokensPrompt(prompt_token_ids=list(t), cache_salt=salt) for t in prompts
-        ]
-        outputs = self.loop.run_all(inputs, sampling)
-        return [_completion(o) for o in outputs]
-
-    def chat_messages(self, messages: Sequence[tuple[str, str]], max_tokens: int = 64) -> str:
-        """A plain chat (no memories) rendered with the model's own chat template."""
-        tokenizer = self.llm.get_tokenizer()
-        conversation: list[Any] = [{"role": r, "content": c} for r, c in messages]
-        text = tokenizer.apply_chat_template(
-            conversation, add_generation_prompt=True, tokenize=False
-        )
-        token_ids = tuple(tokenizer.encode(str(text), add_special_tokens=False))
-        return self._run([token_ids], [None], "plain-chat", max_tokens)[0].text
+        prompt = {"prompt_token_ids": list(token_ids), "cache_salt": salt}
+        request_id = f"isr-{self._prefix}-{next(self._ids)}"
+        try:
+            # Closed explicitly: a client that goes away aborts its request in the engine now.
+            async with aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream:
+                async for output in stream:
+                    yield output
+        except (asyncio.CancelledError, GeneratorExit):
+            raise
+        except VLLMClientError as exc:  # vLLM refused the request (e.g. a schema it cannot use)
+            raise InvalidRequestError(str(exc)) from exc
+        except Exception as exc:
+            if self.dead:
+                raise EngineError(f"the engine stopped: {exc}") from exc
+            raise
 
 
-def _completion(output: Any) -> Completion:
-    best = output.outputs[0]
-    top = tuple({tid: lp.logprob for tid, lp in step.items()} for step in (best.logprobs or []))
-    return Completion(best.text, tuple(best.token_ids), top, int(output.num_cached_tokens or 0))
+def _wire(tenant: TenantId, key: FactKey) -> dict[str, Any]:
+    if key.tenant != tenant:
+        raise InvalidRequestError("a key of another tenant")
+    return key.to_wire()
+
+
+def _injected(output: Any) -> int:
+    """Tokens the connector supplied, as its scheduler half reported them in the final output."""
+    params = getattr(output, "kv_transfer_params", None) or {}
+    ours = params.get(WIRE_KEY) if isinstance(params, dict) else None
+    return int(ours.get("injected", 0)) if isinstance(ours, dict) else 0

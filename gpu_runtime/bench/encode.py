@@ -1,8 +1,9 @@
 """``encode``: facts per second for context-window encoding at several window sizes w.
 
 Each fact is prefilled after the w LoCoMo turns that precede its evidence turn, and only the
-fact's own KV is captured (what the platform's encoding jobs do), in batches as the worker runs
-them. The rate includes writing every fact to the pool (GPU tier and the durable disk copy).
+fact's own KV is captured (what the platform's encoding jobs do), in batches sent to the
+runtime's encode API. The rate includes writing every fact to the pool (GPU tier and the durable
+disk copy) and the HTTP round trip.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import uuid
 from typing import Any
 
 from gpu_runtime.bench.workload import Workload
-from gpu_runtime.connector.wire import encode_params
-from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
+from gpu_runtime.client import protocol as p
+from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId
 
 
 def encode_rate(
@@ -21,13 +22,10 @@ def encode_rate(
     samples: dict[int, list[tuple[list[int], list[int]]]],  # window -> [(window ids, fact ids)]
     batch: int = 64,
 ) -> list[dict[str, Any]]:
-    from vllm.inputs import TokensPrompt
-
     rows = []
     for window, items in samples.items():
         tenant = TenantId(f"encode-w{window}-{uuid.uuid4().hex[:6]}")
-        config = EncodingConfig("bench", window, 1)
-        salt = cache_salt(tenant, "encode|" + config.fingerprint())
+        config = EncodingConfig(w.config.model, window, 1)
         jobs = []
         for i, (context, fact) in enumerate(items):
             key = FactKey.for_fact(tenant, f"f{i}", 1, config)
@@ -36,10 +34,18 @@ def encode_rate(
         started = time.perf_counter()
         for first in range(0, len(jobs), batch):
             chunk = jobs[first : first + batch]
-            w.loop.run_all(
-                [TokensPrompt(prompt_token_ids=ids, cache_salt=salt) for ids, _ in chunk],
-                [w.sampling(1, encode_params(tenant, config, capture=(s,))) for _, s in chunk],
+            result = w.client.encode(
+                p.EncodeRequest(
+                    tenant=tenant.value,
+                    window=window,
+                    items=[
+                        p.EncodeItemModel(token_ids=ids, capture=[p.span_model(s)])
+                        for ids, s in chunk
+                    ],
+                )
             )
+            if result.missing:
+                raise RuntimeError(f"{len(result.missing)} facts were not stored")
             print(f"encode w={window:<3} {min(first + batch, len(jobs))}/{len(jobs)}", flush=True)
         elapsed = time.perf_counter() - started
         prefilled = sum(len(ids) for ids, _ in jobs)

@@ -57,15 +57,41 @@ def throughput_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def hybrid_table(result: dict[str, Any]) -> str:
+    """Per k: hybrid TTFT against r, relative to pure kv (r=0) and to prompt mode."""
+    rows = result.get("hybrid", [])
+    lines = [
+        "| k | cell | injected tokens | TTFT median (p95) ms | / pure kv (r=0) | / prompt |",
+        "|---|---|---|---|---|---|",
+    ]
+    for k in sorted({r["k"] for r in rows}):
+        cells = [r for r in rows if r["k"] == k]
+        pure = next((r for r in cells if r["recompute"] == 0), None)
+        prompt = next((r for r in cells if r["mode"] == "prompt"), None)
+        for r in cells:
+            t = r["ttft_ms"]
+            vs_kv = f"{t['median'] / pure['ttft_ms']['median']:.2f}x" if pure else "-"
+            vs_pr = f"{t['median'] / prompt['ttft_ms']['median']:.2f}x" if prompt else "-"
+            name = "prompt" if r["mode"] == "prompt" else f"hybrid r={r['recompute']}"
+            lines.append(
+                f"| {k} | {name} | {r['injected_tokens']} | {t['median']:.2f} ({t['p95']:.2f}) "
+                f"| {vs_kv} | {vs_pr} |"
+            )
+    return "\n".join(lines)
+
+
 def write_report(result: dict[str, Any], out: Path) -> None:
     head = (
         f"### {result['model']} ({result['load_format']} weights) on {result['device']}, "
-        f"vLLM {result['vllm']}\n\n{result['facts_encoded']} LoCoMo facts "
+        f"vLLM {result['vllm']}, through the runtime service's HTTP API\n\n"
+        f"{result['facts_encoded']} LoCoMo facts "
         f"(mean {result['mean_fact_tokens']:.1f} tokens) encoded in {result['encode_s']} s.\n"
     )
     parts = [head]
     if "ttft" in result:
         parts += ["#### TTFT vs k\n", ttft_table(result), ""]
+    if "hybrid" in result:
+        parts += ["#### Hybrid injection: TTFT vs facts recomputed (r)\n", hybrid_table(result), ""]
     if "throughput" in result:
         parts += ["#### Throughput vs concurrent users\n", throughput_table(result), ""]
     if "offload" in result:
@@ -83,6 +109,14 @@ def write_report(result: dict[str, Any], out: Path) -> None:
                 if prefetch
                 else "- | - |"
             ),
+            "",
+        ]
+    if "peer" in result:
+        from gpu_runtime.bench.peer import peer_table
+
+        parts += [
+            f"#### Against vLLM's own OpenAI server ({result['peer']['peer_model']})\n",
+            peer_table(result),
             "",
         ]
     if "encode" in result:
@@ -120,6 +154,26 @@ def _plots(result: dict[str, Any], out: Path) -> None:
         ax.legend()
         fig.tight_layout()
         fig.savefig(out / "ttft.png", dpi=120)
+        plt.close(fig)
+    if "hybrid" in result:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for k in sorted({r["k"] for r in result["hybrid"]}):
+            rows = [r for r in result["hybrid"] if r["k"] == k and r["mode"] == "hybrid"]
+            line = ax.plot(
+                [r["recompute"] for r in rows],
+                [r["ttft_ms"]["median"] for r in rows],
+                "o-",
+                label=f"hybrid k={k}",
+            )
+            prompt = [r for r in result["hybrid"] if r["k"] == k and r["mode"] == "prompt"]
+            if prompt:
+                ax.axhline(prompt[0]["ttft_ms"]["median"], ls="--", color=line[0].get_color(),
+                           label=f"prompt k={k}")  # fmt: skip
+        ax.set(xlabel="facts recomputed r", ylabel="TTFT median (ms)",
+               title=f"Hybrid TTFT vs r: {result['model']}")  # fmt: skip
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "hybrid_ttft.png", dpi=120)
         plt.close(fig)
     if "throughput" in result:
         fig, ax = plt.subplots(figsize=(6, 4))

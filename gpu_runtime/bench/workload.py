@@ -1,8 +1,8 @@
-"""Benchmark workload: real LoCoMo facts (their text and token lengths), encoded once.
+"""Benchmark workload: real LoCoMo facts (their text and token lengths), encoded once into the
+runtime under one tenant.
 
-Works with the real SmolLM2 (tokenizer included) or with a real-architecture model directory and
-dummy weights (no tokenizer): then LoCoMo text is tokenized with SmolLM2's tokenizer when it is
-prepared, and ids are folded into the model's vocabulary (lengths are what timing depends on).
+With dummy weights the runtime serves a real tokenizer (``INFERSCALE_TOKENIZER_PATH``); ids are
+folded into the model's vocabulary (lengths are what timing depends on).
 """
 
 from __future__ import annotations
@@ -12,11 +12,10 @@ import random
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from gpu_runtime.connector.wire import encode_params
-from gpu_runtime.serving import EngineLoop
-from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId, cache_salt
+from gpu_runtime.client import protocol as p
+from gpu_runtime.client.http import RuntimeClient
+from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId
 
 SYSTEM = "<|im_start|>system\nYou are a helpful assistant. Facts about the user:\n"
 
@@ -61,8 +60,7 @@ def locomo_windows(folder: Path, limit: int, window: int) -> list[tuple[list[str
 
 @dataclass
 class Workload:
-    llm: Any
-    loop: EngineLoop
+    client: RuntimeClient
     tenant: TenantId
     config: EncodingConfig
     preamble: list[int]
@@ -71,67 +69,46 @@ class Workload:
     preamble_key: FactKey
     vocab: int
     rng: random.Random
-    store: Any = None  # the engine's KV store: kv requests prefetch through it, as served
 
     @classmethod
-    def build(
-        cls,
-        llm: Any,
-        texts: list[str],
-        tokenize: Any,
-        seed: int = 0,
-        loop: EngineLoop | None = None,
-        store: Any = None,
-    ) -> Workload:
-        """``loop``: the engine's existing loop, if it has one (one loop may step an engine)."""
-        vocab = int(llm.llm_engine.vllm_config.model_config.get_vocab_size())
-
-        def ids(text: str) -> list[int]:
-            return [t % vocab for t in tokenize(text)]
-
+    def build(cls, client: RuntimeClient, texts: list[str], seed: int = 0) -> Workload:
+        model = client.model()
+        tokens = client.composer().tokens
+        vocab = model.vocab_size
         tenant = TenantId(f"bench-{uuid.uuid4().hex[:6]}")
-        config = EncodingConfig("bench", 0, 1)
-        preamble = ids(SYSTEM)
-        facts = [ids(t) for t in texts]
+        config = EncodingConfig(model.encoding_model, 0, 1)
+        preamble = [t % vocab for t in tokens(SYSTEM)]
+        facts = [[t % vocab for t in tokens(text)] for text in texts]
         keys = [FactKey.for_fact(tenant, f"f{i}", 1, config) for i in range(len(facts))]
         pre_key = FactKey.preamble(tenant, tuple(preamble), config)
-        reclaim = store.reclaim if store is not None else None  # pins released while idle
-        loop = loop or EngineLoop(llm, idle=reclaim)
         return cls(
-            llm, loop, tenant, config, preamble, facts, keys, pre_key, vocab, random.Random(seed),
-            store,
-        )  # fmt: skip
-
-    def sampling(self, max_tokens: int, params: dict[str, Any] | None) -> Any:
-        from vllm import SamplingParams
-
-        return SamplingParams(
-            temperature=0.0,
-            max_tokens=max_tokens,
-            ignore_eos=True,
-            detokenize=False,
-            extra_args={"kv_transfer_params": params} if params else None,
+            client, tenant, config, preamble, facts, keys, pre_key, vocab, random.Random(seed)
         )
+
+    def ids(self, text: str) -> list[int]:
+        return [t % self.vocab for t in self.client.composer().tokens(text)]
 
     def encode_all(self, batch: int = 64) -> None:
         """Each fact after the preamble (w=0), captured; the preamble itself at position 0."""
-        from vllm.inputs import TokensPrompt
-
-        salt = cache_salt(self.tenant, "encode")
-        jobs: list[tuple[list[int], tuple[Span, ...]]] = [
-            (self.preamble, (Span(self.preamble_key, 0, len(self.preamble)),))
+        jobs: list[tuple[list[int], Span]] = [
+            (self.preamble, Span(self.preamble_key, 0, len(self.preamble)))
         ]
         for key, fact in zip(self.keys, self.facts, strict=True):
-            jobs.append((self.preamble + fact, (Span(key, len(self.preamble), len(fact)),)))
+            jobs.append((self.preamble + fact, Span(key, len(self.preamble), len(fact))))
         for start in range(0, len(jobs), batch):
             chunk = jobs[start : start + batch]
-            self.loop.run_all(
-                [TokensPrompt(prompt_token_ids=p, cache_salt=salt) for p, _ in chunk],
-                [
-                    self.sampling(1, encode_params(self.tenant, self.config, capture=c))
-                    for _, c in chunk
-                ],
+            result = self.client.encode(
+                p.EncodeRequest(
+                    tenant=self.tenant.value,
+                    window=0,
+                    items=[
+                        p.EncodeItemModel(token_ids=ids, capture=[p.span_model(span)])
+                        for ids, span in chunk
+                    ],
+                )
             )
+            if result.missing:
+                raise RuntimeError(f"{len(result.missing)} facts were not stored")
 
     def query(self, n: int = 24) -> list[int]:
         return [self.rng.randrange(100, self.vocab - 100) for _ in range(n)]
@@ -143,3 +120,6 @@ class Workload:
             spans.append(Span(self.keys[i], len(ids), len(self.facts[i])))
             ids += self.facts[i]
         return ids + query, tuple(spans)
+
+    def keys_request(self, keys: list[FactKey]) -> p.KeysRequest:
+        return p.KeysRequest(tenant=self.tenant.value, keys=[p.key_model(k) for k in keys])

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
 from gpu_runtime.pool.arena import PinnedFacts
 from gpu_runtime.pool.tensors import TieredKVPool
-from gpu_runtime.rope import RopeRotator
+from gpu_runtime.store.quant import is_fp8
 from gpu_runtime.types import FactKey, TenantId
 
 LOOKAHEAD_LAYERS = 3  # host-tier loads launched this many layers ahead of the forward
@@ -43,26 +44,30 @@ class _Step:
 
 
 def fused_shape(
-    pool: object, layout: PagedKVLayout, rotator: RopeRotator, layers: list[torch.Tensor]
+    pool: object, layout: PagedKVLayout, codec: FactCodec, layers: list[torch.Tensor]
 ) -> inject.KernelShape | None:
     """The kernel's specialisation, or ``None`` when this setup must use the PyTorch path."""
+    rotator = codec.rotator
     if not (inject.available() and isinstance(pool, TieredKVPool)):
         return None
     if not isinstance(layout, FlashLogicalLayout) or not rotator.composes:
         return None
     first = layers[0]
-    if not inject.supported_dtype(first.dtype) or first.stride(3) != 1:
+    if first.stride(3) != 1:
         return None
     if any(t.shape != first.shape or t.stride() != first.stride() for t in layers):
         return None
     g = layout.geometry
     shape = inject.KernelShape(
         kv_heads=g.num_kv_heads, head_size=g.head_size, rotary_dim=rotator.rotary_dim,
-        neox=rotator.is_neox_style, dtype=first.dtype, n_layers=len(layers),
+        neox=rotator.is_neox_style, dtype=g.dtype, n_layers=len(layers),
         block_size=g.block_size, strides=(first.stride(0), first.stride(1), first.stride(2)),
-        slab_bytes=pool.slab_bytes,
+        slab_bytes=pool.slab_bytes, fact_dtype=codec.fact_dtype, scaled=is_fp8(codec.fact_dtype),
     )  # fmt: skip
-    return shape if pool.slab_bytes % shape.row_bytes == 0 else None
+    if not inject.supported(shape):
+        return None
+    rows = (shape.row_bytes, shape.scale_row_bytes or shape.row_bytes)
+    return shape if all(pool.slab_bytes % row == 0 for row in rows) else None
 
 
 class FusedLoader:
@@ -70,12 +75,20 @@ class FusedLoader:
         self,
         pool: TieredKVPool,
         shape: inject.KernelShape,
-        rotator: RopeRotator,
+        codec: FactCodec,
         layers: list[torch.Tensor],  # each [blocks, H, block_size, 2 * D], in layer order
     ) -> None:
         self.pool = pool
         self.shape = shape
         self.device = layers[0].device
+        rotator = codec.rotator
+        cache = codec.cache
+        scales = (cache.key_scales, cache.value_scales)
+        self._cache_scales = (
+            torch.stack([s.to(self.device, torch.float32) for s in scales])  # type: ignore[union-attr]
+            if cache.fp8
+            else torch.ones((2, len(layers)), dtype=torch.float32, device=self.device)
+        )  # [2, L]: an FP8 cache's K and V scale per layer
         self._layers = torch.tensor([t.data_ptr() for t in layers], dtype=torch.int64).to(
             self.device
         )  # [L] base addresses
@@ -96,8 +109,9 @@ class FusedLoader:
         """Compiles the kernel now (not on the first request) by injecting one token, read
         from slab 0 of the GPU arena, into a scratch block standing in for every layer."""
         g = self.shape
+        dtype = torch.uint8 if is_fp8(g.dtype) else g.dtype  # vLLM keeps FP8 caches as bytes
         scratch = torch.zeros(
-            (1, g.kv_heads, g.block_size, 2 * g.head_size), dtype=g.dtype, device=self.device
+            (1, g.kv_heads, g.block_size, 2 * g.head_size), dtype=dtype, device=self.device
         )  # [1 block, H, block_size, 2 * D]
         strides = (scratch.stride(0), scratch.stride(1), scratch.stride(2))
         shape = inject.KernelShape(**{**g.__dict__, "strides": strides})
@@ -108,11 +122,11 @@ class FusedLoader:
         layers = ints([scratch.data_ptr()] * g.n_layers)  # [L]: every layer -> the scratch
         tokens = ints([0, 0, 0, 0]).view(1, inject.TOKEN_FIELDS)  # fact 0, token 0, delta 0, slot 0
         facts = ints([0, 1, 0]).view(1, inject.FACT_FIELDS)  # GPU arena, 1 token, slab row 0
-        span = 2 * g.n_layers * g.row_bytes // g.slab_bytes + 1  # slab rows a 1-token blob spans
-        slabs = ints([0] * span)  # all of them slab 0: the reads stay inside the arena
-        arenas, cos_sin = self._arenas, self._cos_sin
-        inject.launch(shape, tokens, facts, slabs, arenas, layers, cos_sin, 0, g.n_layers)
-        inject.launch(shape, tokens, facts, slabs, arenas, layers, cos_sin, 1, 1)
+        blob = 2 * g.n_layers * (g.row_bytes + g.scale_row_bytes)  # a 1-token blob's bytes
+        slabs = ints([0] * (blob // g.slab_bytes + 1))  # all slab 0: reads stay in the arena
+        tables = (self._arenas, layers, self._cos_sin, self._cache_scales)
+        inject.launch(shape, tokens, facts, slabs, *tables, 0, g.n_layers)
+        inject.launch(shape, tokens, facts, slabs, *tables, 1, 1)
         if self._cuda:
             torch.cuda.synchronize(self.device)
 
@@ -189,7 +203,7 @@ class FusedLoader:
         tokens, facts, slab_table = step.plan
         inject.launch(
             self.shape, tokens, facts, slab_table, self._arenas, self._layers, self._cos_sin,
-            start, count,
+            self._cache_scales, start, count,
         )  # fmt: skip
 
     def _finish(self, step: _Step) -> None:
@@ -229,6 +243,8 @@ class FusedLoader:
         for load, found in zip(loads, pinned, strict=True):
             if found.n_layers != {self.shape.n_layers}:
                 raise ValueError(f"facts of {load.req_id} were encoded for another model shape")
+            if found.formats != {(self.shape.stored_dtype, self.shape.scaled)}:
+                raise ValueError(f"facts of {load.req_id} are not stored as this kernel reads")
             index = {key: i for i, key in enumerate(found.keys)}
             pieces = np.array(
                 [(index[p.key], p.src_offset, p.n, p.position) for p in load.pieces], np.int64

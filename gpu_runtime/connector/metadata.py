@@ -1,4 +1,10 @@
-"""What the scheduler half hands the worker half each step: plain, picklable dataclasses."""
+"""What the connector's halves hand each other: plain, picklable dataclasses.
+
+Scheduler -> workers, every step: ``InjectionMetadata`` (loads and captures, with cache slots).
+Workers -> scheduler, every step: ``WorkerReport`` (facts stored, facts gone, loads that failed).
+The halves may live in different processes (vLLM pickles both across), so nothing here holds a
+tensor, a lock or a reference to the other half.
+"""
 
 from __future__ import annotations
 
@@ -67,3 +73,30 @@ class CaptureRequest:
 class InjectionMetadata:
     loads: list[LoadRequest] = field(default_factory=list)
     captures: list[CaptureRequest] = field(default_factory=list)
+
+
+@dataclass
+class WorkerReport:
+    """What a worker half did to its store since its last report. The scheduler half's catalog
+    applies it before it decides the next claims."""
+
+    stored: list[FactKey] = field(default_factory=list)  # captured this step, on every tier
+    dropped: list[FactKey] = field(default_factory=list)  # purged, or found corrupt and deleted
+    dropped_tenants: list[TenantId] = field(default_factory=list)  # every fact purged
+    # req_id -> the prompt position vLLM recomputes from (a fact of the request was gone)
+    failed_loads: dict[str, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.stored or self.dropped or self.dropped_tenants or self.failed_loads)
+
+    def merge(self, other: WorkerReport) -> WorkerReport:
+        """Reports of several worker ranks for one step, as one."""
+        failed = dict(self.failed_loads)
+        for req_id, position in other.failed_loads.items():
+            failed[req_id] = min(position, failed.get(req_id, position))
+        return WorkerReport(
+            self.stored + other.stored,
+            self.dropped + other.dropped,
+            self.dropped_tenants + other.dropped_tenants,
+            failed,
+        )

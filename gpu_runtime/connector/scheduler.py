@@ -53,6 +53,8 @@ class _Tracked:
     block_ids: list[int] = field(default_factory=list)
     pending_load: int = 0  # external tokens granted, waiting for the first schedule
     seen: bool = False  # scheduled at least once
+    injected: int = 0  # tokens the connector supplied (reported when the request finishes)
+    load_start: int = 0  # first prompt position of the last load
 
 
 class SchedulerHalf:
@@ -77,6 +79,7 @@ class SchedulerHalf:
         tracked = self._requests.setdefault(req_id, _Tracked(params))
         tracked.block_ids = list(block_ids)
         tracked.pending_load = num_external
+        tracked.injected = max(tracked.injected, num_external)
 
     def on_new(self, req_id: str, params: TransferParams | None, block_ids: list[int]) -> None:
         if params is not None:
@@ -109,13 +112,23 @@ class SchedulerHalf:
                 meta.captures.append(capture)
         return meta
 
-    def finished(self, req_id: str) -> None:
-        self._requests.pop(req_id, None)
+    def load_failed(self, req_id: str, position: int) -> None:
+        """A worker could not fill the request's blocks from ``position`` on: vLLM recomputes
+        them, so they do not count as injected."""
+        tracked = self._requests.get(req_id)
+        if tracked is not None:
+            tracked.injected = max(0, min(tracked.injected, position - tracked.load_start))
+
+    def finished(self, req_id: str) -> int | None:
+        """Forgets the request; the tokens injected into it, if it carried our parameters."""
+        tracked = self._requests.pop(req_id, None)
+        return tracked.injected if tracked is not None else None
 
     def _load(self, req_id: str, tracked: _Tracked, num_computed: int) -> LoadRequest:
         segment = tracked.params.inject
         assert segment is not None
         start, end = num_computed - tracked.pending_load, num_computed
+        tracked.load_start = start
         pieces = []
         for span in segment.spans:
             lo, hi = max(span.start, start), min(span.end, end)

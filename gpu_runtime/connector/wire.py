@@ -9,25 +9,19 @@ One string on purpose: vLLM deep-copies every request's sampling parameters, and
 structure of a few hundred objects for 50 facts cost more than the rest of our hooks together.
 Every key belongs to the request's tenant and is for the engine's model, so those are stated
 once; a key's own window and encoding version are kept (the preamble is encoded at w=0 under
-any config).
-
-The runtime and the engine share a process, so ``encode_params`` also remembers (bounded) the
-parsed form of the text it produced: decoding that exact text on the scheduler's critical path
-is then a lookup instead of rebuilding ~50 keys. Text from anywhere else is parsed.
+any config). The runtime writes the text in its front-end process; the scheduler half parses it
+in the engine core, once per request.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
 
 WIRE_KEY = "inferscale"
-_REMEMBERED = 4096  # parsed params kept for texts this process encoded
 
 
 @dataclass(frozen=True)
@@ -62,49 +56,16 @@ def encode_params(
         "inject": rows(inject),
         "capture": rows(capture),
     }
-    text = json.dumps(body, separators=(",", ":"))
-    segment = MemorySegment(tenant, config, inject) if inject else None  # validates the spans
-    _encoded.remember(text, TransferParams(tenant, segment, capture))
-    return {WIRE_KEY: text}
-
-
-class _Encoded:
-    """Thread-safe, bounded map: wire text this process produced -> its parsed params."""
-
-    def __init__(self, limit: int) -> None:
-        self._limit = limit
-        self._lock = threading.Lock()
-        self._items: OrderedDict[str, TransferParams] = OrderedDict()
-
-    def remember(self, text: str, params: TransferParams) -> None:
-        with self._lock:
-            self._items[text] = params
-            self._items.move_to_end(text)
-            while len(self._items) > self._limit:
-                self._items.popitem(last=False)
-
-    def get(self, text: str) -> TransferParams | None:
-        with self._lock:
-            return self._items.get(text)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
-_encoded = _Encoded(_REMEMBERED)
-forget_encoded = _encoded.clear  # tests: make the next decode parse
+    if inject:
+        MemorySegment(tenant, config, inject)  # validates the spans before they travel
+    return {WIRE_KEY: json.dumps(body, separators=(",", ":"))}
 
 
 def decode_params(raw: dict[str, Any] | None) -> TransferParams | None:
     """Parse; ``None`` for a request that carries no InferScale parameters."""
     if not raw or WIRE_KEY not in raw:
         return None
-    text = str(raw[WIRE_KEY])
-    remembered = _encoded.get(text)
-    if remembered is not None:
-        return remembered
-    body = json.loads(text)
+    body = json.loads(str(raw[WIRE_KEY]))
     tenant = TenantId(str(body["tenant"]))
     model = str(body["model"])
     config = EncodingConfig(model, int(body["window"]), int(body["version"]))

@@ -1,8 +1,8 @@
 """Byte-level storage of the tiered pool: fixed-size slab arenas and how a fact is packed.
 
-A fact's KV (keys, values, positions) is one byte blob spread over slabs that need not be
-contiguous; arenas copy slabs between tiers by direct DMA. ``PinnedFacts`` tells the fused
-loader where a request's pinned facts' slabs are.
+A fact's KV (keys, values, an FP8 fact's scales, positions) is one byte blob spread over slabs
+that need not be contiguous; arenas copy slabs between tiers by direct DMA. ``PinnedFacts``
+tells the fused loader where a request's pinned facts' slabs are.
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ from gpu_runtime.types import FactKey
 
 @dataclass(frozen=True)
 class Packing:
-    """How a FactKV's tensors sit in its byte blob: keys, then values, then positions."""
+    """How a FactKV's tensors sit in its byte blob: keys, then values, then an FP8 fact's
+    float32 scales (keys', then values'), then positions (at the next multiple of 8 bytes)."""
 
     shape: tuple[int, ...]  # [layers, n, heads, head_dim]
     dtype: torch.dtype
     checksum: str
     positions: tuple[int, ...]  # where each key was rotated at capture (also in the blob)
+    scaled: bool = False  # FP8: [layers, n, heads] float32 scales for keys and for values
     # The same positions as an array [n] int64, for the fused loader's vectorised plan.
     position_array: np.ndarray = field(init=False, repr=False, compare=False)
 
@@ -38,27 +40,50 @@ class Packing:
         return count * torch.tensor([], dtype=self.dtype).element_size()
 
     @property
+    def scale_bytes(self) -> int:
+        """Bytes of the keys' (or the values') scales: one float32 per token, head and layer."""
+        layers, n, heads = self.shape[:3]
+        return 4 * layers * n * heads if self.scaled else 0
+
+    @property
+    def positions_offset(self) -> int:
+        end = 2 * self.kv_bytes + 2 * self.scale_bytes
+        return end + -end % 8
+
+    @property
     def nbytes(self) -> int:
-        return 2 * self.kv_bytes + self.shape[1] * 8
+        return self.positions_offset + self.shape[1] * 8
 
 
 def pack(kv: FactKV) -> tuple[torch.Tensor, Packing]:
     packing = Packing(
-        tuple(kv.keys.shape), kv.keys.dtype, kv.checksum, tuple(kv.positions.tolist())
+        tuple(kv.keys.shape), kv.keys.dtype, kv.checksum, tuple(kv.positions.tolist()), kv.scaled
     )
-    blob = torch.cat(
-        [t.contiguous().view(torch.uint8).flatten().to(kv.keys.device) for t in
-         (kv.keys, kv.values, kv.positions.to(kv.keys.device))]
-    )  # fmt: skip
-    return blob, packing
+    if packing.kv_bytes % 2:  # scales are viewed as float32 at 2 * kv_bytes
+        raise ValueError("an FP8 fact's KV must take an even number of bytes")
+    device = kv.keys.device
+    parts = [kv.keys, kv.values]
+    if kv.key_scales is not None and kv.value_scales is not None:
+        parts += [kv.key_scales.to(device), kv.value_scales.to(device)]
+    raw = [t.contiguous().view(torch.uint8).flatten() for t in parts]
+    pad = packing.positions_offset - 2 * packing.kv_bytes - 2 * packing.scale_bytes
+    raw.append(torch.zeros(pad, dtype=torch.uint8, device=device))
+    raw.append(kv.positions.to(device).contiguous().view(torch.uint8).flatten())
+    return torch.cat(raw), packing
 
 
 def unpack(blob: torch.Tensor, packing: Packing) -> FactKV:
-    size = packing.kv_bytes
+    size, scales = packing.kv_bytes, packing.scale_bytes
     keys = blob[:size].view(packing.dtype).view(packing.shape)
     values = blob[size : 2 * size].view(packing.dtype).view(packing.shape)
-    positions = blob[2 * size : packing.nbytes].view(torch.int64).cpu()
-    return FactKV(keys, values, positions, packing.checksum)
+    positions = blob[packing.positions_offset : packing.nbytes].view(torch.int64).cpu()
+    if not packing.scaled:
+        return FactKV(keys, values, positions, packing.checksum)
+    rows = packing.shape[:3]
+    at = 2 * size
+    key_scales = blob[at : at + scales].view(torch.float32).view(rows)
+    value_scales = blob[at + scales : at + 2 * scales].view(torch.float32).view(rows)
+    return FactKV(keys, values, positions, packing.checksum, key_scales, value_scales)
 
 
 class SlabArena:
@@ -105,6 +130,7 @@ class PinnedFacts:
     arenas: np.ndarray  # [F] int64: 0 GPU arena, 1 host arena (``TieredKVPool.ARENAS``)
     n_tokens: np.ndarray  # [F] int64: stored tokens per fact
     n_layers: frozenset[int]  # layer counts the facts were encoded with (one, if one model)
+    formats: frozenset[tuple[torch.dtype, bool]]  # (stored dtype, scaled) of the facts
     slab_rows: np.ndarray  # [F] int64: where each fact's slab ids start in ``slabs``
     slabs: np.ndarray  # [sum of slabs per fact] int64: slab ids, fact after fact
     position_rows: np.ndarray  # [F] int64: where each fact's positions start in ``positions``

@@ -22,10 +22,17 @@ import numpy as np
 import torch
 
 from gpu_runtime.pool.arena import Packing, PinnedFacts, SlabArena, pack, unpack
-from gpu_runtime.pool.index import Move, ResidencyIndex, Tier, UnknownEntryError
+from gpu_runtime.pool.index import (
+    Move,
+    ResidencyIndex,
+    TenantMismatchError,
+    Tier,
+    UnknownEntryError,
+)
 from gpu_runtime.pool.metrics import PoolMetrics
-from gpu_runtime.store.disk import DiskKVStore
+from gpu_runtime.store.base import DurableKVStore
 from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.packed import PackedKVStore
 from gpu_runtime.types import FactKey, TenantId
 
 
@@ -33,7 +40,7 @@ class TieredKVPool:
     """The connector's KV store with GPU and host budgets; same interface as InMemoryKVStore."""
 
     def __init__(
-        self, index: ResidencyIndex, disk: DiskKVStore, gpu_slabs: int, host_slabs: int
+        self, index: ResidencyIndex, disk: DurableKVStore, gpu_slabs: int, host_slabs: int
     ) -> None:
         self.index = index
         self.slab_bytes = index.slab_bytes_per_slab()
@@ -54,7 +61,8 @@ class TieredKVPool:
         tenant_gpu_quota: int | None = None,
     ) -> TieredKVPool:  # fmt: skip
         index = ResidencyIndex(gpu_bytes, host_bytes, slab_bytes, tenant_gpu_quota)
-        return cls(index, DiskKVStore(disk_root), gpu_bytes // slab_bytes, host_bytes // slab_bytes)
+        disk = PackedKVStore(disk_root)
+        return cls(index, disk, gpu_bytes // slab_bytes, host_bytes // slab_bytes)
 
     def bind_device(self, device: torch.device) -> None:
         """Called by the worker once it knows where the KV cache lives."""
@@ -75,7 +83,6 @@ class TieredKVPool:
         """In the order given: a later move may reuse slabs an earlier one vacated."""
         for move in moves:
             if move.dst_tier is Tier.DISK:
-                self.metrics.eviction(move.key.tenant, move.src_tier)
                 continue  # the durable copy is already on disk
             packing = self._packings.get(move.key)
             if move.src_tier is Tier.DISK or packing is None:
@@ -86,8 +93,6 @@ class TieredKVPool:
                 self._packings[move.key] = packing
                 self._copy(move.dst_tier, move.dst_slabs, blob)
                 continue
-            if move.src_tier is Tier.GPU:
-                self.metrics.eviction(move.key.tenant, Tier.GPU)
             self._on_side_stream(partial(self._move_slabs, move), join=join)
 
     def _move_slabs(self, move: Move) -> None:
@@ -123,7 +128,17 @@ class TieredKVPool:
 
     # ---- store interface -----------------------------------------------------------------
     def put(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
-        self.disk.put(key, kv)
+        self.put_many(tenant, [(key, kv)])
+
+    def put_many(self, tenant: TenantId, items: Sequence[tuple[FactKey, FactKV]]) -> None:
+        if any(key.tenant != tenant for key, _ in items):
+            raise TenantMismatchError(f"a key of another tenant stored as {tenant.value!r}")
+        self.disk.put_many(items)  # durable first, in one commit
+        for key, kv in items:
+            self._admit(tenant, key, kv)
+
+    def _admit(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
+        """Into the memory tiers (its durable copy is already on disk)."""
         self.reclaim()
         # The arenas are made and written inside vLLM's inference mode (engine steps); callers
         # outside it (the runtime, tests) must touch them the same way.
@@ -142,9 +157,8 @@ class TieredKVPool:
             if entry is None:
                 kv = self.disk.get(key)  # a restart or another process: reload, re-admit
                 if kv is None:
-                    self.metrics.miss(tenant)
                     return None
-                self.put(tenant, key, kv)
+                self._admit(tenant, key, kv)  # from disk: not rewritten
                 entry = self.index.lookup(tenant, key)
                 assert entry is not None
             found_on = entry.tier
@@ -165,7 +179,7 @@ class TieredKVPool:
             finally:
                 for freed in self.index.unpin(tenant, [key]):
                     self._packings.pop(freed.key, None)
-        self.metrics.hit(tenant, found_on, time.perf_counter() - started)
+        self.metrics.loaded(found_on, 1, time.perf_counter() - started)
         return kv
 
     # ---- fused loader interface -----------------------------------------------------------
@@ -188,9 +202,8 @@ class TieredKVPool:
                 for key in self.index.missing(tenant, keys):
                     kv = self.disk.get(key)  # a restart or another process: reload, re-admit
                     if kv is None:
-                        self.metrics.miss(tenant)
                         return None
-                    self.put(tenant, key, kv)
+                    self._admit(tenant, key, kv)  # from disk: not rewritten
                 try:
                     self._apply(self.index.pin(tenant, keys, promote=False))
                 except UnknownEntryError:
@@ -204,7 +217,7 @@ class TieredKVPool:
         on_host = int(pinned.arenas.sum())
         for tier, count in ((Tier.GPU, len(keys) - on_host), (Tier.HOST, on_host)):
             if count:
-                self.metrics.hits(tenant, tier, count, elapsed)
+                self.metrics.loaded(tier, count, elapsed)
         return pinned
 
     def _pinned(
@@ -240,6 +253,7 @@ class TieredKVPool:
             arenas=np.fromiter((p[0] is Tier.HOST for p in placed), np.int64, n),
             n_tokens=lengths,
             n_layers=frozenset(p.shape[0] for p in stored),
+            formats=frozenset((p.dtype, p.scaled) for p in stored),
             slab_rows=np.cumsum(slab_counts) - slab_counts,
             slabs=np.fromiter(chain.from_iterable(p[1] for p in placed), np.int64),
             position_rows=np.cumsum(lengths) - lengths,
@@ -277,11 +291,19 @@ class TieredKVPool:
         return all(self.disk.exists(key) for key in self.index.missing(tenant, keys))
 
     def delete(self, tenant: TenantId, key: FactKey) -> bool:
+        return self.delete_many(tenant, [key]) > 0
+
+    def delete_many(self, tenant: TenantId, keys: Sequence[FactKey]) -> int:
+        held = set()
         with self._lock:
-            held = self.index.remove(tenant, key) is not None
-            self._packings.pop(key, None)
-            self._landing.pop(key, None)
-        return self.disk.delete(key) or held
+            for key in keys:
+                if self.index.remove(tenant, key) is not None:
+                    held.add(key)
+                self._packings.pop(key, None)
+                self._landing.pop(key, None)
+        held |= {key for key in keys if self.disk.exists(key)}
+        self.disk.delete_many(tenant, keys)
+        return len(held)
 
     def delete_tenant(self, tenant: TenantId) -> None:
         with self._lock:
@@ -300,6 +322,4 @@ class TieredKVPool:
                 torch.cuda.current_stream(self.device).synchronize()
 
     def stats(self, tenant: TenantId | None = None) -> dict[str, int]:
-        stats = self.index.stats(tenant)
-        self.metrics.publish(tenant, stats)
-        return stats
+        return self.index.stats(tenant)

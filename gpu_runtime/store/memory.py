@@ -1,21 +1,21 @@
-"""The KV store the connector halves and the runtime share: memory, backed by disk.
+"""The worker half's KV store without budgets: memory, backed by disk; and ``open_store``.
 
-Everything lives in process memory; with a disk root, every put is also written durably and a
-miss in memory is filled from disk, so other processes' encodings and earlier runs' are served.
+Everything lives in process memory; with a disk root, every put is also written durably (the
+packed store) and a miss in memory is filled from disk, so earlier runs' encodings are served.
 Every method takes the tenant explicitly and refuses keys of another tenant.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_runtime.pool.index import TenantMismatchError
-from gpu_runtime.store.base import KVStore
-from gpu_runtime.store.disk import DiskKVStore
+from gpu_runtime.store.base import DurableKVStore, KVStore
 from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.packed import PackedKVStore
 from gpu_runtime.types import FactKey, TenantId
 
 
@@ -27,17 +27,23 @@ def _check(tenant: TenantId, key: FactKey) -> None:
 class InMemoryKVStore:
     """Thread-safe map FactKey -> FactKV, partitioned by tenant, optionally disk-backed."""
 
-    def __init__(self, disk: DiskKVStore | None = None) -> None:
+    def __init__(self, disk: DurableKVStore | None = None) -> None:
         self._lock = threading.Lock()
         self._by_tenant: dict[TenantId, dict[FactKey, FactKV]] = {}
         self.disk = disk
 
     def put(self, tenant: TenantId, key: FactKey, kv: FactKV) -> None:
-        _check(tenant, key)
+        self.put_many(tenant, [(key, kv)])
+
+    def put_many(self, tenant: TenantId, items: Sequence[tuple[FactKey, FactKV]]) -> None:
+        for key, _ in items:
+            _check(tenant, key)
         if self.disk is not None:
-            self.disk.put(key, kv)
+            self.disk.put_many(items)
         with self._lock:
-            self._by_tenant.setdefault(tenant, {})[key] = kv
+            held = self._by_tenant.setdefault(tenant, {})
+            for key, kv in items:
+                held[key] = kv
 
     def get(self, tenant: TenantId, key: FactKey) -> FactKV | None:
         _check(tenant, key)
@@ -61,11 +67,18 @@ class InMemoryKVStore:
         return all(self.disk is not None and self.disk.exists(key) for key in missing)
 
     def delete(self, tenant: TenantId, key: FactKey) -> bool:
-        _check(tenant, key)
+        return self.delete_many(tenant, [key]) > 0
+
+    def delete_many(self, tenant: TenantId, keys: Sequence[FactKey]) -> int:
+        for key in keys:
+            _check(tenant, key)
         with self._lock:
-            held = self._by_tenant.get(tenant, {}).pop(key, None) is not None
-        on_disk = self.disk.delete(key) if self.disk is not None else False
-        return held or on_disk
+            entries = self._by_tenant.get(tenant, {})
+            held = {key for key in keys if entries.pop(key, None) is not None}
+        if self.disk is not None:
+            held |= {key for key in keys if self.disk.exists(key)}
+            self.disk.delete_many(tenant, keys)
+        return len(held)
 
     def delete_tenant(self, tenant: TenantId) -> None:
         with self._lock:
@@ -95,32 +108,20 @@ class PoolBudget:
     tenant_gpu_quota_bytes: int | None = None
 
 
-_STORES: dict[str, KVStore] = {}
-_STORES_LOCK = threading.Lock()
+def open_store(disk_root: Path | str | None, budget: PoolBudget | None) -> KVStore:
+    """The worker half's store: with a disk root and a budget, the tiered pool (GPU slabs ->
+    pinned host -> disk); with a disk root only, memory backed by disk; else memory alone."""
+    if disk_root and budget is not None:
+        from gpu_runtime.pool.tensors import TieredKVPool
+
+        return TieredKVPool.create(
+            Path(disk_root),
+            budget.gpu_bytes,
+            budget.host_bytes,
+            budget.slab_bytes,
+            budget.tenant_gpu_quota_bytes,
+        )
+    return InMemoryKVStore(PackedKVStore(Path(disk_root)) if disk_root else None)
 
 
-def store_named(
-    name: str, disk_root: Path | str | None = None, budget: PoolBudget | None = None
-) -> KVStore:
-    """The process's store of that name: the engine's connector halves and the runtime meet
-    here. The first caller decides what backs it: with a disk root and a budget, the tiered pool
-    (GPU slabs -> pinned host -> disk); with a disk root only, memory backed by disk."""
-    with _STORES_LOCK:
-        if name not in _STORES:
-            if disk_root and budget is not None:
-                from gpu_runtime.pool.tensors import TieredKVPool
-
-                _STORES[name] = TieredKVPool.create(
-                    Path(disk_root),
-                    budget.gpu_bytes,
-                    budget.host_bytes,
-                    budget.slab_bytes,
-                    budget.tenant_gpu_quota_bytes,
-                )
-            else:
-                disk = DiskKVStore(Path(disk_root)) if disk_root else None
-                _STORES[name] = InMemoryKVStore(disk)
-        return _STORES[name]
-
-
-__all__ = ["InMemoryKVStore", "PoolBudget", "TenantMismatchError", "store_named"]
+__all__ = ["InMemoryKVStore", "PoolBudget", "TenantMismatchError", "open_store"]

@@ -28,3 +28,38 @@ def test_auto_picks_bf16_only_where_the_cpu_has_bf16_units(
     monkeypatch.setattr(config, "_cpu_has_bf16", lambda: bf16_units)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     assert RuntimeSettings(dtype="auto").resolved_dtype == expected
+
+
+def test_kv_storage_formats_are_part_of_the_encoding_identity() -> None:
+    """Facts never cross dtypes: each cache dtype and fact format is an identity of its own (a
+    backend seeing a new one re-encodes), and the defaults leave existing identities alone."""
+    base = RuntimeSettings(dtype="bfloat16")
+    fp8_facts = RuntimeSettings(dtype="bfloat16", fact_kv_dtype="fp8_e4m3")
+    fp8_cache = RuntimeSettings(dtype="bfloat16", kv_cache_dtype="fp8")
+    both = RuntimeSettings(dtype="float32", kv_cache_dtype="fp8", fact_kv_dtype="fp8_e4m3")
+    name = base.resolved_model_path.name
+    assert base.model_name == name
+    assert fp8_facts.model_name == f"{name}-facts_fp8_e4m3"
+    assert fp8_cache.model_name == f"{name}-kv_fp8"
+    assert both.model_name == f"{name}-float32-kv_fp8-facts_fp8_e4m3"
+    assert len({s.model_name for s in (base, fp8_facts, fp8_cache, both)}) == 4
+
+
+def test_kv_dtypes_reach_vllm_and_the_connector(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_runtime.connector.options import ConnectorOptions
+    from gpu_runtime.engine import connector_options, engine_arguments
+
+    monkeypatch.setattr("gpu_runtime.engine.is_prepared", lambda path: True)
+    settings = RuntimeSettings(dtype="float32", kv_cache_dtype="fp8_e4m3", fact_kv_dtype="fp8_e4m3")
+    options = connector_options(settings)
+    args = engine_arguments(settings, options)
+    assert args["kv_cache_dtype"] == "fp8_e4m3"
+    extra = args["kv_transfer_config"]["kv_connector_extra_config"]
+    assert ConnectorOptions.from_extra_config(extra).fact_kv_dtype == "fp8_e4m3"
+
+
+def test_unknown_kv_dtypes_are_refused() -> None:
+    with pytest.raises(ValueError, match="fact_kv_dtype"):
+        RuntimeSettings(fact_kv_dtype="int4")
+    with pytest.raises(ValueError, match="kv_cache_dtype"):
+        RuntimeSettings(kv_cache_dtype="fp4")

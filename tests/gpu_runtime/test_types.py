@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
 
 pytestmark = pytest.mark.unit
 
@@ -45,3 +45,17 @@ def test_a_key_pickled_in_another_process_rehashes_here() -> None:
     local = FactKey.for_fact(TenantId("t"), "fact", 1, CFG)
     theirs = pickle.loads(blob)
     assert theirs == local and hash(theirs) == hash(local) and theirs in {local: 1}
+
+
+def test_a_segments_layout_digest_changes_with_where_its_spans_lie() -> None:
+    """The prefix-cache salt of an injected run carries the layout: kv (every fact injected)
+    and hybrid (the last facts prefilled) over the same tokens must not share blocks."""
+    tenant, config = TenantId("t"), EncodingConfig("m", 0, 1)
+    keys = [FactKey.for_fact(tenant, f"f{i}", 1, config) for i in range(3)]
+    spans = (Span(keys[0], 0, 10), Span(keys[1], 10, 5), Span(keys[2], 15, 7))
+    kv = MemorySegment(tenant, config, spans)
+    again = MemorySegment(tenant, config, tuple(spans))
+    hybrid = MemorySegment(tenant, config, spans[:2])
+    resplit = MemorySegment(tenant, config, (spans[0], Span(keys[1], 10, 12)))
+    assert kv.layout_digest() == again.layout_digest()
+    assert len({kv.layout_digest(), hybrid.layout_digest(), resplit.layout_digest()}) == 3

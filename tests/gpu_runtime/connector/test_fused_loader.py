@@ -2,9 +2,10 @@
 
 Two FlashAttention-layout caches receive the same loads, one through ``WorkerHalf``'s PyTorch
 gather/rotate/scatter, one through ``FusedLoader``: values must be bit-identical, keys equal to
-within one bf16 rounding (the kernel may fuse multiply-adds) and bit-identical where a fact is
-injected at its capture positions. Facts come from both arenas of a tiered pool, so the host
-tier is read in place, and pins are released afterwards.
+within one bf16 rounding on a GPU (the kernel may fuse multiply-adds; under the interpreter they
+are bit-identical) and bit-identical where a fact is injected at its capture positions. Facts
+come from both arenas of a tiered pool, so the host tier is read in place, and pins are released
+afterwards.
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ def test_fused_matches_pytorch_path_across_tiers(
         assert torch.equal(a[..., d:], b[..., d:])  # values, and untouched slots, bit-identical
         ka, kb = a[..., :d].float(), b[..., :d].float()
         assert torch.allclose(ka, kb, rtol=2**-7, atol=1e-3)
+        if device == "cpu":  # the interpreter: PyTorch's operations and roundings, one by one
+            assert torch.equal(ka, kb)
         layout = FlashLogicalLayout(CacheGeometry(heads, head, BLOCK, torch.bfloat16))
         assert torch.equal(layout.read(a, exact)[0], layout.read(b, exact)[0])
         assert b.abs().sum() > 0
@@ -148,3 +151,30 @@ def test_a_kernel_that_cannot_compile_leaves_the_pytorch_path(
 
     monkeypatch.setattr(inject, "launch", broken)
     assert worker(pool, rot, heads, head, True).fused is None
+
+
+def test_a_gone_fact_fails_only_its_request_and_reports_its_blocks(tmp_path: Path) -> None:
+    """The PyTorch path writes the pieces before the gone fact, reports the blocks from the gone
+    fact's block on (vLLM recomputes them) and tells the scheduler half the fact is gone."""
+    heads, head = 2, 16
+    slab = heads * head * 2 * 4
+    pool = TieredKVPool.create(tmp_path, 16 * slab, 16 * slab, slab)
+    rot = RopeRotator(table(64, head), head, head, True)
+    here, gone = FactKey.for_fact(T, "here", 1, CFG), FactKey.for_fact(T, "gone", 1, CFG)
+    pool.put(T, here, fact(1, 5, heads, head, at=0))
+    half = worker(pool, rot, heads, head, False)
+    table_ = (7, 3, 9, 1)
+    pieces = (LoadPiece(here, 0, 5, position=0), LoadPiece(gone, 0, 4, position=5))
+    failing = LoadRequest("r1", T, pieces, table_, BLOCK, start=0, end=9)
+    fine = LoadRequest("r2", T, pieces[:1], (2, 4), BLOCK, start=0, end=5)
+    half.start_load(InjectionMetadata(loads=[failing, fine]))
+    assert half.take_failed_blocks() == {3, 9}  # positions 4..8: blocks 1 and 2 of r1
+    report = half.take_report()
+    assert report is not None and report.dropped == [gone]
+    assert report.failed_loads == {"r1": 4}  # vLLM recomputes r1 from its block 1
+    layout = FlashLogicalLayout(CacheGeometry(heads, head, BLOCK, torch.bfloat16))
+    for blocks in (table_, (2, 4)):  # the found fact was written for both requests
+        slots = torch.tensor([blocks[p // BLOCK] * BLOCK + p % BLOCK for p in range(5)])
+        values = layout.read(half._kv[half.layers[0]], slots)[1]
+        assert torch.equal(values, fact(1, 5, heads, head, at=0).values[0])
+    assert half.take_failed_blocks() == set() and half.take_report() is None

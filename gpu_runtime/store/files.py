@@ -1,45 +1,35 @@
-"""Durable KV store: one file per fact, checksummed, written atomically.
+"""The previous durable layout: one file per fact, checksummed, written atomically.
 
-Every process that serves or encodes (API, worker) sees the same files, so KV encoded by a
-worker is served by the API's engine without re-encoding, and survives restarts. A file that
-fails its checksum or does not parse is deleted and reported missing (it will be re-encoded),
-never served.
+No longer the runtime's store (that is ``packed.PackedKVStore``): kept as the baseline the store
+benchmark measures the packed layout against, on the same facts. Each put is a ``torch.save``
+to a temporary file, an fsync and a rename; a file that fails its checksum or does not parse is
+deleted and reported missing, never served.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.paths import SUFFIX, DiskLayout
 from gpu_runtime.types import FactKey, TenantId
 
-SUFFIX = ".kv"
 
-
-def _tenant_dir_name(tenant: TenantId) -> str:
-    return hashlib.sha256(tenant.value.encode()).hexdigest()[:32]
-
-
-def _file_name(key: FactKey) -> str:
-    wire = json.dumps(key.to_wire(), sort_keys=True)
-    return hashlib.sha256(wire.encode()).hexdigest() + SUFFIX
-
-
-class DiskKVStore:
+class FilePerFactKVStore:
     def __init__(self, root: Path) -> None:
-        self.root = Path(root)
+        self.layout = DiskLayout(root)
+        self.root = self.layout.root
         self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: FactKey) -> Path:
-        return self.root / _tenant_dir_name(key.tenant) / _file_name(key)
+        return self.layout.path(key)
 
     def put(self, key: FactKey, kv: FactKV) -> int:
         target = self.path(key)
@@ -51,6 +41,9 @@ class DiskKVStore:
             "values": kv.values.cpu(),
             "positions": kv.positions.cpu(),
         }
+        if kv.key_scales is not None and kv.value_scales is not None:
+            payload["key_scales"] = kv.key_scales.cpu()
+            payload["value_scales"] = kv.value_scales.cpu()
         fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=target.parent)
         try:
             with os.fdopen(fd, "wb") as fh:
@@ -63,16 +56,23 @@ class DiskKVStore:
                 os.unlink(tmp)
         return target.stat().st_size
 
+    def put_many(self, items: Iterable[tuple[FactKey, FactKV]]) -> list[int]:
+        return [self.put(key, kv) for key, kv in items]  # a file (and an fsync) per fact
+
     def exists(self, key: FactKey) -> bool:
-        return self.path(key).is_file()
+        return self.layout.exists(key)
+
+    def size(self, key: FactKey) -> int | None:
+        return self.layout.size(key)
 
     def get(self, key: FactKey) -> FactKV | None:
         path = self.path(key)
         try:
             payload = torch.load(path, map_location="cpu", weights_only=True)
             kv = FactKV(
-                payload["keys"], payload["values"], payload["positions"], payload["checksum"]
-            )
+                payload["keys"], payload["values"], payload["positions"], payload["checksum"],
+                payload.get("key_scales"), payload.get("value_scales"),
+            )  # fmt: skip
             if FactKey.from_wire(payload["key"]) != key or not kv.verify():
                 raise ValueError("checksum or key mismatch")
         except FileNotFoundError:
@@ -89,11 +89,14 @@ class DiskKVStore:
         except FileNotFoundError:
             return False
 
+    def delete_many(self, tenant: TenantId, keys: Iterable[FactKey]) -> int:
+        return sum(1 for key in keys if key.tenant == tenant and self.delete(key))
+
     def delete_tenant(self, tenant: TenantId) -> None:
-        shutil.rmtree(self.root / _tenant_dir_name(tenant), ignore_errors=True)
+        shutil.rmtree(self.layout.tenant_dir(tenant), ignore_errors=True)
 
     def keys(self, tenant: TenantId) -> list[FactKey]:
-        folder = self.root / _tenant_dir_name(tenant)
+        folder = self.layout.tenant_dir(tenant)
         found = []
         for path in sorted(folder.glob("*" + SUFFIX)) if folder.is_dir() else []:
             try:
@@ -102,3 +105,9 @@ class DiskKVStore:
             except Exception:
                 path.unlink(missing_ok=True)
         return found
+
+    def usage(self, tenant: TenantId | None = None) -> dict[str, int]:
+        folder = self.layout.tenant_dir(tenant) if tenant is not None else self.root
+        sizes = [p.stat().st_size for p in folder.rglob("*" + SUFFIX)] if folder.is_dir() else []
+        total = sum(sizes)
+        return {"disk_facts": len(sizes), "disk_bytes": total, "disk_segment_bytes": total}

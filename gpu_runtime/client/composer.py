@@ -1,0 +1,140 @@
+"""Compose prompt token ids as [preamble][fact_1..fact_k][rest] plus the memory segment.
+
+Callers order the facts least to most relevant, so the most relevant sit nearest the query; the
+segment covers the preamble and the first facts (all of them in kv mode, the first k - r in
+hybrid mode, where the r most relevant are prefilled as text after the injected ones).
+
+The served model's own chat template renders the conversation (system prompt, history, query),
+with a placeholder where the facts go inside the system message; the text before the placeholder
+is the preamble, the text after it the rest. Every fact is tokenized on its own and placed in
+between, so a fact's tokens are the same in every prompt (its KV can be reused anywhere) and
+``prompt`` mode (Mem0-style: prefill everything) sees exactly the token ids ``kv`` mode injects.
+
+Context-window encoding renders the same way: the fact's preceding turns go into the system
+message before the facts header, and the fact follows the header.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from gpu_runtime.client.template import ChatTemplate, ChatTemplateError
+from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
+
+# text -> token ids, without special tokens added (the template writes them out)
+Encode = Callable[[str], Sequence[int]]
+
+DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the facts about the user when relevant."
+FACTS_HEADER = "Facts about the user:\n"
+
+
+@dataclass(frozen=True)
+class Turn:
+    speaker: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FactText:
+    key: FactKey
+    text: str
+
+
+@dataclass(frozen=True)
+class ComposedPrompt:
+    token_ids: tuple[int, ...]
+    segment: MemorySegment  # preamble + facts, positions within token_ids
+
+
+@dataclass(frozen=True)
+class EncodeItem:
+    """A fact to encode: ``token_ids`` = [window][fact], keep the KV of ``span`` only."""
+
+    token_ids: tuple[int, ...]
+    span: Span
+
+
+class PromptComposer:
+    def __init__(
+        self, encode: Encode, template: ChatTemplate, system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    ) -> None:
+        self._encode = encode
+        self.template = template
+        self.system_prompt = system_prompt
+        # Never in anyone's text: the template output is split where it appears.
+        self._marker = f"<<inferscale-facts-{uuid.uuid4().hex}>>"
+
+    def tokens(self, text: str) -> tuple[int, ...]:
+        return tuple(self._encode(text))
+
+    def fact_tokens(self, text: str) -> tuple[int, ...]:
+        return self.tokens(f"- {text.strip()}\n")
+
+    def _split(self, system: str, messages: Sequence[tuple[str, str]]) -> tuple[str, str]:
+        """The rendered conversation before and after the facts' place in the system message."""
+        rendered = self.template.render(
+            [{"role": "system", "content": system + FACTS_HEADER + self._marker}]
+            + [{"role": role, "content": content} for role, content in messages],
+            add_generation_prompt=True,
+        )
+        if rendered.count(self._marker) != 1:
+            raise ChatTemplateError("the chat template must render the system message verbatim")
+        head, tail = rendered.split(self._marker)
+        return head, tail
+
+    def preamble_tokens(self, system: str | None = None) -> tuple[int, ...]:
+        head, _ = self._split(f"{system or self.system_prompt}\n", [("user", "?")])
+        return self.tokens(head)
+
+    @staticmethod
+    def last_turns(turns: Sequence[Turn], window: int) -> Sequence[Turn]:
+        """The ``window`` turns right before a fact (all of them if it has fewer)."""
+        return turns[max(0, len(turns) - window) :] if window > 0 else ()
+
+    def window_tokens(self, turns: Sequence[Turn]) -> tuple[int, ...]:
+        """Context a fact is encoded after: its preceding turns, then the facts header."""
+        lines = "".join(f"{t.speaker}: {t.text.strip()}\n" for t in turns)
+        conversation = f"Conversation:\n{lines}" if turns else ""
+        head, _ = self._split(f"{self.system_prompt}\n{conversation}", [("user", "?")])
+        return self.tokens(head)
+
+    def encode_item(
+        self, key: FactKey, text: str, turns: Sequence[Turn], window: int
+    ) -> EncodeItem:
+        """[the last ``window`` turns][fact], capturing the fact's tokens."""
+        prefix = self.window_tokens(self.last_turns(turns, window))
+        fact = self.fact_tokens(text)
+        return EncodeItem(prefix + fact, Span(key, len(prefix), len(fact)))
+
+    def compose(
+        self,
+        tenant: TenantId,
+        config: EncodingConfig,
+        facts: Sequence[FactText],
+        history: Sequence[tuple[str, str]],
+        query: str,
+        system: str | None = None,
+        injected: int | None = None,
+    ) -> ComposedPrompt:
+        """``history``: (role, content) chat messages before ``query`` (role user/assistant);
+        ``system`` replaces the default system prompt (its preamble KV is keyed by its tokens).
+
+        ``injected``: how many of ``facts``, from the first, the memory segment covers (all by
+        default). The others follow them as text and are prefilled, attending to every injected
+        fact as in prompt mode (hybrid injection). The token ids never depend on it."""
+        count = len(facts) if injected is None else injected
+        if not 0 <= count <= len(facts):
+            raise ValueError(f"injected={injected} outside 0..{len(facts)} facts")
+        head, tail = self._split(f"{system or self.system_prompt}\n", [*history, ("user", query)])
+        preamble = self.tokens(head)
+        ids = list(preamble)
+        spans = [Span(FactKey.preamble(tenant, preamble, config), 0, len(preamble))]
+        for i, fact in enumerate(facts):
+            tokens = self.fact_tokens(fact.text)
+            if i < count:
+                spans.append(Span(fact.key, len(ids), len(tokens)))
+            ids.extend(tokens)
+        ids.extend(self.tokens(tail))
+        return ComposedPrompt(tuple(ids), MemorySegment(tenant, config, tuple(spans)))

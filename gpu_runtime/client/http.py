@@ -1,0 +1,324 @@
+"""RuntimeClient: the HTTP client of the runtime's internal API (sync, and async for streams).
+
+Reconnects by itself: every call opens or reuses a pooled connection, so a restarted runtime is
+reached again on the next call. Every answer names the runtime instance; when it changes, the
+cached model info and composer (the chat template, the tokenizer) are fetched afresh.
+
+Sync calls use httpx; streams and hints use aiohttp, whose connection pool stays cheap with a
+hundred streams open (httpcore's pool scans every connection for every request and read, which
+made the client, not the runtime, the bottleneck at 100 concurrent streams on the H200).
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import aiohttp
+import httpx
+from pydantic import BaseModel
+
+from gpu_runtime.client import protocol as p
+from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, PromptComposer
+from gpu_runtime.client.template import ChatTemplate
+from gpu_runtime.client.tokenizer import TextTokenizer
+
+
+class RuntimeClientError(Exception):
+    """Base class of what the client raises; ``code`` is the runtime's error code."""
+
+    def __init__(self, message: str, code: str = "runtime_error", status: int | None = None):
+        super().__init__(message)
+        self.message, self.code, self.status = message, code, status
+
+
+class RuntimeUnavailableError(RuntimeClientError):
+    """The runtime cannot be reached, is still starting, or its engine stopped."""
+
+
+class RuntimeNotListeningError(RuntimeUnavailableError):
+    """Nothing accepts connections at the runtime's address (refused, or its name does not
+    resolve): no runtime process runs there, so none holds any KV in memory."""
+
+
+class RuntimeRejectedError(RuntimeClientError):
+    """The runtime refused the request (4xx): the message says why."""
+
+
+class RuntimeStreamError(RuntimeClientError):
+    """A stream the runtime ended with an error event (or that broke off)."""
+
+
+def _not_listening(exc: BaseException) -> bool:
+    """A refused connection or an unknown name anywhere in the exception's causes (httpx and
+    aiohttp wrap the socket's error)."""
+    seen: BaseException | None = exc
+    for _ in range(8):
+        if seen is None:
+            return False
+        if isinstance(seen, ConnectionRefusedError | socket.gaierror):
+            return True
+        if isinstance(seen, aiohttp.ClientConnectorError) and _not_listening(seen.os_error):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def _unreachable(base_url: str, exc: BaseException) -> RuntimeUnavailableError:
+    kind = RuntimeNotListeningError if _not_listening(exc) else RuntimeUnavailableError
+    return kind(f"the runtime at {base_url} is unreachable: {exc}", "unreachable")
+
+
+def _raise_for(response: httpx.Response) -> None:
+    if response.status_code >= 400:
+        _raise_status(response.status_code, response.content)
+
+
+def _raise_status(status: int, body: bytes) -> None:
+    try:
+        error = json.loads(body)["error"]
+        code, message = str(error["code"]), str(error["message"])
+    except Exception:
+        code, message = "runtime_error", body[:500].decode(errors="replace")
+    kind = RuntimeUnavailableError if status >= 500 else RuntimeRejectedError
+    raise kind(message, code, status)
+
+
+class RuntimeClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout_s: float = 120.0,
+        connect_timeout_s: float = 2.0,
+        system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {token}"}
+        self._timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self._http = httpx.Client(
+            base_url=self.base_url, headers=self._headers, timeout=self._timeout
+        )
+        self._async: aiohttp.ClientSession | None = None
+        self._async_timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=connect_timeout_s, sock_read=timeout_s
+        )
+        self.system_prompt = system_prompt
+        self._lock = threading.Lock()
+        self._runtime_id: str | None = None
+        self._model: p.ModelInfo | None = None
+        self._composer: PromptComposer | None = None
+        self._tokenizer: TextTokenizer | None = None
+
+    # ---- plumbing ------------------------------------------------------------------------
+    def _seen(self, response: httpx.Response) -> None:
+        self._seen_headers(response.headers)  # a (re)started runtime: forget its model
+
+    def _request(self, method: str, path: str, body: BaseModel | None = None) -> httpx.Response:
+        content = body.model_dump_json() if body is not None else None
+        headers = {"content-type": "application/json"} if content else None
+        try:
+            response = self._http.request(method, path, content=content, headers=headers)
+        except httpx.TransportError as exc:
+            raise _unreachable(self.base_url, exc) from exc
+        self._seen(response)
+        _raise_for(response)
+        return response
+
+    def _session(self) -> aiohttp.ClientSession:
+        """One session per client (created in the event loop that first streams)."""
+        if self._async is None or self._async.closed:
+            self._async = aiohttp.ClientSession(
+                headers={**self._headers, "content-type": "application/json"},
+                timeout=self._async_timeout,
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
+            )
+        return self._async
+
+    def _seen_headers(self, headers: Any) -> None:
+        runtime_id = headers.get(p.RUNTIME_ID_HEADER)
+        if runtime_id and runtime_id != self._runtime_id:
+            with self._lock:
+                if runtime_id != self._runtime_id:
+                    self._runtime_id, self._model, self._composer = runtime_id, None, None
+                    self._tokenizer = None
+
+    @property
+    def runtime_id(self) -> str | None:
+        """The instance id the runtime last answered with (``None`` before any answer)."""
+        return self._runtime_id
+
+    def close(self) -> None:
+        self._http.close()
+
+    async def aclose(self) -> None:
+        if self._async is not None:
+            await self._async.close()
+            self._async = None
+
+    # ---- model ---------------------------------------------------------------------------
+    def ready(self) -> bool:
+        try:
+            response = self._http.get("/readyz", timeout=2.0)
+        except httpx.TransportError:
+            return False
+        self._seen(response)
+        return response.status_code == 200
+
+    def model(self) -> p.ModelInfo:
+        model = self._model
+        if model is None:
+            model = p.ModelInfo.model_validate_json(self._request("GET", "/v1/model").content)
+            with self._lock:
+                self._model = model
+        return model
+
+    def composer(self) -> PromptComposer:
+        """The composer for the served model's tokenizer and chat template (fetched once per
+        runtime instance)."""
+        composer = self._composer
+        if composer is None:
+            model = self.model()
+            tokenizer = self.tokenizer()
+            template = ChatTemplate(model.chat_template, model.special_tokens)
+            composer = PromptComposer(tokenizer.encode, template, self.system_prompt)
+            with self._lock:
+                self._composer = composer
+        return composer
+
+    def tokenizer(self) -> TextTokenizer:
+        """The served model's tokenizer (fetched once per runtime instance)."""
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            tokenizer = TextTokenizer(self._request("GET", "/v1/tokenizer").text)
+            with self._lock:
+                self._tokenizer = tokenizer
+        return tokenizer
+
+    # ---- calls ---------------------------------------------------------------------------
+    def generate(self, request: p.GenerateRequest) -> Iterator[p.GenerateEvent]:
+        """The events of one generation; raises ``RuntimeStreamError`` if it ends badly."""
+        try:
+            with self._http.stream(
+                "POST", "/v1/generate", content=request.model_dump_json(),
+                headers={"content-type": "application/json"},
+            ) as response:  # fmt: skip
+                self._seen(response)
+                if response.status_code >= 400:
+                    response.read()
+                    _raise_for(response)
+                yield from _events(response.iter_lines())
+        except httpx.TransportError as exc:
+            raise RuntimeStreamError(f"the runtime went away: {exc}", "unreachable") from exc
+
+    async def agenerate(self, request: p.GenerateRequest) -> AsyncIterator[p.GenerateEvent]:
+        url = f"{self.base_url}/v1/generate"
+        try:
+            async with self._session().post(url, data=request.model_dump_json()) as response:
+                self._seen_headers(response.headers)
+                if response.status >= 400:
+                    _raise_status(response.status, await response.read())
+                reader = _EventReader()
+                async for line in response.content:
+                    if (event := reader.read(line.decode())) is not None:
+                        yield event
+                reader.finish()
+        except aiohttp.ClientConnectorError as exc:  # before the request was sent: not run
+            raise _unreachable(self.base_url, exc) from exc
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RuntimeStreamError(f"the runtime went away: {exc!r}", "unreachable") from exc
+
+    def encode(self, request: p.EncodeRequest) -> p.EncodeResult:
+        return p.EncodeResult.model_validate_json(
+            self._request("POST", "/v1/encode", request).content
+        )
+
+    def purge(self, request: p.PurgeRequest) -> p.PurgeResult:
+        return p.PurgeResult.model_validate_json(
+            self._request("POST", "/v1/purge", request).content
+        )
+
+    def prefetch(self, request: p.KeysRequest) -> None:
+        self._request("POST", "/v1/prefetch", request)
+
+    async def aprefetch(self, request: p.KeysRequest) -> None:
+        """A hint: never raises (the request itself loads what it needs)."""
+        try:
+            url = f"{self.base_url}/v1/prefetch"
+            timeout = aiohttp.ClientTimeout(total=2.0)
+            async with self._session().post(url, data=request.model_dump_json(), timeout=timeout):
+                return
+        except (aiohttp.ClientError, TimeoutError):
+            return
+
+    def placement(self, request: p.KeysRequest) -> list[str | None]:
+        response = self._request("POST", "/v1/placement", request)
+        return list(p.PlacementResult.model_validate_json(response.content).tiers)
+
+    def demote(self, request: p.DemoteRequest) -> None:
+        self._request("POST", "/v1/demote", request)
+
+    def contains(self, request: p.KeysRequest) -> list[bool]:
+        response = self._request("POST", "/v1/contains", request)
+        return p.ContainsResult.model_validate_json(response.content).present
+
+    def stats(self, tenant: str | None = None) -> p.StatsResult:
+        path = "/v1/stats" + (f"?{httpx.QueryParams({'tenant': tenant})}" if tenant else "")
+        return p.StatsResult.model_validate_json(self._request("GET", path).content)
+
+
+def _event(line: str) -> p.GenerateEvent | None:
+    if not line.strip():
+        return None
+    body = json.loads(line)
+    if body.get("event") == "delta":  # one per token: the runtime is trusted, skip validation
+        logprobs = body.get("logprobs")
+        return p.GenerateEvent.model_construct(
+            event="delta",
+            token_ids=body["token_ids"],
+            text=body.get("text", ""),
+            logprobs=[[tuple(pair) for pair in step] for step in logprobs] if logprobs else None,
+        )
+    event = p.GenerateEvent.model_validate(body)
+    if event.event == "error":
+        raise RuntimeStreamError(event.message or "the generation failed", event.code or "error")
+    return event
+
+
+class _EventReader:
+    """NDJSON lines to events; a stream must end with ``done`` (an ``error`` line is raised)."""
+
+    def __init__(self) -> None:
+        self.done = False
+
+    def read(self, line: str) -> p.GenerateEvent | None:
+        event = _event(line)
+        if event is not None:
+            self.done = event.event != "delta"
+        return event
+
+    def finish(self) -> None:
+        if not self.done:
+            raise RuntimeStreamError("the runtime's stream ended early", "unreachable")
+
+
+def _events(lines: Iterator[str]) -> Iterator[p.GenerateEvent]:
+    reader = _EventReader()
+    for line in lines:
+        if (event := reader.read(line)) is not None:
+            yield event
+    reader.finish()
+
+
+__all__ = [
+    "RuntimeClient",
+    "RuntimeClientError",
+    "RuntimeNotListeningError",
+    "RuntimeRejectedError",
+    "RuntimeStreamError",
+    "RuntimeUnavailableError",
+]

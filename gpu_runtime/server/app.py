@@ -1,0 +1,88 @@
+"""The runtime server's FastAPI app. The engine starts with the process, in the background:
+``/healthz`` answers at once, ``/readyz`` and the API only once the engine is up."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
+from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.runtime import InjectionRuntime
+from gpu_runtime.server.assets import load_assets
+from gpu_runtime.server.errors import install_error_handlers
+from gpu_runtime.server.routes import api, probes
+from gpu_runtime.server.state import ServerState
+
+logger = logging.getLogger(__name__)
+
+
+async def _start_engine(state: ServerState) -> None:
+    try:
+        runtime = await InjectionRuntime.start(state.settings)
+        state.workers = runtime.workers
+    except Exception as exc:  # the process cannot serve: exit, so a supervisor restarts it
+        logger.exception("the engine did not start")
+        state.failure = f"the engine did not start: {exc}"
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    state.runtime = runtime
+    logger.info("engine ready: workers %s", state.workers)
+
+
+def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
+    settings = settings or RuntimeSettings()
+    assets = load_assets(settings.resolved_tokenizer_path, settings.chat_template)
+    state = ServerState(settings, assets)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        starting = asyncio.ensure_future(_start_engine(state))
+        try:
+            yield
+        finally:
+            starting.cancel()
+            if state.runtime is not None:
+                state.runtime.shutdown()
+
+    app = FastAPI(
+        title="InferScale runtime",
+        version="1",
+        description="The GPU runtime's internal API: generate with injected KV, encode, purge.",
+        lifespan=lifespan,
+    )
+    app.state.server = state
+    install_error_handlers(app)
+    app.include_router(probes)
+    app.include_router(api)
+
+    app.add_middleware(IdentifyRuntime, runtime_id=state.runtime_id)
+    return app
+
+
+class IdentifyRuntime:
+    """Names the runtime instance on every answer (plain ASGI: Starlette's ``BaseHTTPMiddleware``
+    would relay every streamed chunk through an extra task and memory stream)."""
+
+    def __init__(self, app: ASGIApp, runtime_id: str) -> None:
+        self.app = app
+        self.header = (RUNTIME_ID_HEADER.lower().encode(), runtime_id.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def named(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), self.header]
+            await send(message)
+
+        await self.app(scope, receive, named)

@@ -1,0 +1,69 @@
+"""Prometheus series of the runtime process: its requests, and the pool's residency and load
+latency, which live in the worker processes and are fetched when Prometheus scrapes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+REGISTRY = CollectorRegistry()
+REQUESTS = Counter(
+    "inferscale_runtime_requests_total", "Generate requests by mode and outcome",
+    ["mode", "outcome"], registry=REGISTRY,
+)  # fmt: skip
+TTFT = Histogram(
+    "inferscale_runtime_ttft_seconds", "Engine time to first token (in the runtime)", ["mode"],
+    buckets=(0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5, 10), registry=REGISTRY,
+)  # fmt: skip
+TOKENS = Counter(
+    "inferscale_runtime_prompt_tokens_total", "Prompt tokens by how they reached the cache",
+    ["how"], registry=REGISTRY,
+)  # fmt: skip
+ENCODED = Counter("inferscale_runtime_encoded_facts_total", "Facts encoded", registry=REGISTRY)
+
+
+def render(workers: list[dict[str, Any]]) -> bytes:
+    """The process's series plus the pool's, from the workers' stats of this scrape."""
+    pool = CollectorRegistry()
+    pool.register(_PoolCollector(workers))
+    return generate_latest(REGISTRY) + generate_latest(pool)
+
+
+class _PoolCollector:
+    def __init__(self, workers: list[dict[str, Any]]) -> None:
+        self.workers = workers
+
+    def collect(self) -> Any:
+        facts = GaugeMetricFamily("inferscale_kv_facts", "Facts resident", labels=["rank", "tier"])
+        held = GaugeMetricFamily("inferscale_kv_bytes", "Bytes resident", labels=["rank", "tier"])
+        counts = GaugeMetricFamily(
+            "inferscale_kv_events", "Pool hits, misses and evictions since start",
+            labels=["rank", "event"],
+        )  # fmt: skip
+        for rank, stats in enumerate(self.workers):
+            for tier in ("gpu", "host", "disk"):
+                facts.add_metric([str(rank), tier], stats.get(f"{tier}_entries", 0))
+                held.add_metric([str(rank), tier], stats.get(f"{tier}_bytes", 0))
+            # the durable store: every fact the memory tiers hold is also there
+            facts.add_metric([str(rank), "durable"], stats.get("disk_facts", 0))
+            held.add_metric([str(rank), "durable"], stats.get("disk_bytes", 0))
+            for event in ("gpu_hits", "host_hits", "disk_hits", "misses", "evictions"):
+                counts.add_metric([str(rank), event], stats.get(event, 0))
+        yield from (facts, held, counts)
+        latency = self.workers[0].get("load_latency") if self.workers else None
+        if latency:
+            family = HistogramMetricFamily(
+                "inferscale_kv_load_seconds", "Time to fetch a fact for injection, by tier",
+                labels=["tier"],
+            )  # fmt: skip
+            for tier in ("gpu", "host", "disk"):
+                row = latency[tier]
+                cumulative, buckets = 0, []
+                bounds = [*latency["bounds_s"], float("inf")]
+                for bound, count in zip(bounds, row["buckets"], strict=True):
+                    cumulative += count
+                    buckets.append((str(bound) if bound != float("inf") else "+Inf", cumulative))
+                family.add_metric([tier], buckets, row["sum_s"])
+            yield family

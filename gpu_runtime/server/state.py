@@ -1,0 +1,22 @@
+"""What the server process holds: settings, the model's tokenizer assets, and the runtime once
+its engine has started (``None`` before: the API answers 503 ``not_ready``)."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.runtime import InjectionRuntime
+from gpu_runtime.server.assets import TokenizerAssets
+
+
+@dataclass
+class ServerState:
+    settings: RuntimeSettings
+    assets: TokenizerAssets
+    runtime_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    runtime: InjectionRuntime | None = None
+    failure: str | None = None  # why the engine did not start, or stopped
+    workers: list[dict[str, Any]] = field(default_factory=list)  # each rank, described at start

@@ -1,0 +1,48 @@
+"""The hand-written delta lines are the protocol's ``GenerateEvent``, and the client reads them
+back as the model would."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from gpu_runtime.client import protocol as p
+from gpu_runtime.client.http import _event
+from gpu_runtime.runtime import Delta
+from gpu_runtime.server.routes import delta_line
+
+pytestmark = pytest.mark.unit
+
+
+@pytest.mark.parametrize(
+    "delta",
+    [
+        Delta((17,), "Hi", None),
+        Delta((1, 2), 'quote " and ünïcödé\n', None),
+        Delta((5,), "", (((5, -0.25), (9, -1.5)),)),
+    ],
+)
+def test_delta_lines_are_protocol_events(delta: Delta) -> None:
+    line = delta_line(delta)
+    assert line.endswith("\n") and "\n" not in line[:-1]
+    model = p.GenerateEvent.model_validate(json.loads(line))  # what the schema says
+    read = _event(line)
+    assert read is not None
+    for event in (model, read):
+        assert event.event == "delta" and event.text == delta.text
+        assert tuple(event.token_ids) == delta.token_ids
+        expected = [list(step) for step in delta.logprobs] if delta.logprobs else None
+        assert event.logprobs == expected
+
+
+def test_error_lines_raise_and_done_lines_validate() -> None:
+    from gpu_runtime.client.http import RuntimeStreamError
+
+    with pytest.raises(RuntimeStreamError, match="boom"):
+        _event('{"event":"error","code":"engine_dead","message":"boom"}')
+    usage = {"prompt_tokens": 3, "completion_tokens": 1, "cached_tokens": 2,
+             "injected_tokens": 2, "prefilled_tokens": 1}  # fmt: skip
+    done = _event(json.dumps({"event": "done", "finish_reason": "length", "usage": usage}))
+    assert done is not None and done.usage is not None and done.usage.injected_tokens == 2
+    assert _event("   ") is None
