@@ -1,65 +1,62 @@
-"""``inferscale`` command line: ``inferscale demo`` runs the platform end to end on the defaults."""
+"""``inferscale`` command line: the platform demo's client, benchmarks and evaluations."""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
-import uuid
 
 
-def _step(message: str) -> None:
-    print(f"==> {message}", flush=True)
+def run_api(args: argparse.Namespace) -> int:
+    """The API on ``INFERSCALE_API_HOST``/``PORT``."""
+    import uvicorn
 
+    from backend.core.config import get_settings
 
-def run_demo(args: argparse.Namespace) -> int:
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import text
-
-    from backend.db.session import get_engine
-    from gpu_runtime.config import RuntimeSettings
-    from gpu_runtime.engine import ChatMessage, build_llm, greedy_chat
-
-    _step("applying database migrations")
-    command.upgrade(Config("alembic.ini"), "head")
-    with get_engine().connect() as conn:
-        revision = conn.execute(text("select version_num from alembic_version")).scalar_one()
-    print(f"    database at revision {revision}")
-
-    if not args.skip_worker:
-        from worker.tasks import ping
-
-        _step("round trip through Redis to a Celery worker")
-        token = uuid.uuid4().hex
-        reply = ping.delay(token).get(timeout=60)
-        assert reply["token"] == token, reply
-        print(f"    worker {reply['worker']} answered")
-
-    _step("starting vLLM with SmolLM2-135M-Instruct (CPU)")
-    started = time.perf_counter()
-    llm = build_llm(RuntimeSettings())
-    print(f"    engine ready in {time.perf_counter() - started:.1f}s")
-    messages = [
-        ChatMessage("system", "Facts about the user: the user's dog is named Biscuit."),
-        ChatMessage("user", "What is my dog's name?"),
-    ]
-    _step(f"chat: {messages[-1].content}")
-    answer = greedy_chat(llm, messages)
-    print(f"    SmolLM2: {answer.strip()}")
+    settings = get_settings()
+    # Keep-alive longer than clients' pools keep idle connections (aiohttp 15 s, httpx 5 s): a
+    # connection the server dropped must never be picked for the client's next request.
+    uvicorn.run("backend.main:app", host=settings.api_host, port=settings.api_port,
+                log_level="info", timeout_keep_alive=75)  # fmt: skip
     return 0
+
+
+def run_dashboard(args: argparse.Namespace) -> int:
+    """The operator dashboard on ``INFERSCALE_DASHBOARD_PORT`` (Streamlit, headless)."""
+    import os
+    from pathlib import Path
+
+    from backend.core.config import get_settings
+
+    settings = get_settings()
+    os.environ.setdefault("INFERSCALE_API_URL", f"http://127.0.0.1:{settings.api_port}")
+    if settings.environment != "prod":  # dev and demo: the operator is logged in already
+        os.environ.setdefault("INFERSCALE_ADMIN_KEY", settings.admin_api_key)
+    app = Path(__file__).resolve().parents[1] / "dashboard" / "streamlit_app.py"
+    os.execvp(
+        sys.executable,
+        [sys.executable, "-m", "streamlit", "run", str(app), "--server.headless=true",
+         f"--server.port={settings.dashboard_port}", "--browser.gatherUsageStats=false",
+         "--client.toolbarMode=viewer"],
+    )  # fmt: skip
 
 
 def run_platform_demo(args: argparse.Namespace) -> int:
     from backend.core.config import get_settings
     from backend.demo import run
 
-    run(args.api, get_settings().admin_api_key, args.questions)
+    settings = get_settings()
+    api = args.api or f"http://127.0.0.1:{settings.api_port}"
+    dashboard = f"http://127.0.0.1:{settings.dashboard_port}"
+    run(api, settings.admin_api_key, args.questions, dashboard)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args_in = list(sys.argv[1:] if argv is None else argv)
+    if args_in[:2] == ["bench", "serve"]:  # through the API: ``inferscale bench serve --help``
+        from backend.bench.__main__ import main as serve
+
+        return serve(args_in[2:])
     if args_in[:1] == ["bench"]:  # its own parser: ``inferscale bench --help``
         from gpu_runtime.bench.__main__ import main as bench
 
@@ -70,15 +67,18 @@ def main(argv: list[str] | None = None) -> int:
         return evaluate(args_in[1:])
     parser = argparse.ArgumentParser(prog="inferscale")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="run the platform end to end on the embedded defaults")
-    demo.add_argument("--skip-worker", action="store_true", help="do not ping a Celery worker")
-    demo.set_defaults(func=run_demo)
     platform = sub.add_parser(
         "demo-platform", help="drive a running API + worker: import, encode, chat (kv vs prompt)"
     )
-    platform.add_argument("--api", default="http://127.0.0.1:8000")
+    platform.add_argument("--api", help="default: http://127.0.0.1:INFERSCALE_API_PORT")
     platform.add_argument("--questions", type=int, default=3)
     platform.set_defaults(func=run_platform_demo)
+    sub.add_parser("api", help="serve the API (INFERSCALE_API_HOST/PORT)").set_defaults(
+        func=run_api
+    )
+    sub.add_parser(
+        "dashboard", help="serve the dashboard (INFERSCALE_DASHBOARD_PORT)"
+    ).set_defaults(func=run_dashboard)
     sub.add_parser("bench", help="TTFT / throughput benchmarks (see `inferscale bench --help`)")
     sub.add_parser("eval", help="quality evaluations (see `inferscale eval locomo --help`)")
     args = parser.parse_args(args_in)

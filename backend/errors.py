@@ -8,14 +8,27 @@ class AppError(Exception):
 
     status_code = 500
     code = "internal_error"
+    param: str | None = None  # the request field at fault, where OpenAI's clients read it
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
 
 
+class BadRequestError(AppError):
+    status_code, code = 400, "bad_request"
+
+
+class ContextLengthError(BadRequestError):
+    code = "context_length_exceeded"  # OpenAI's code for the same refusal
+
+
 class NotFoundError(AppError):
     status_code, code = 404, "not_found"
+
+
+class ModelNotFoundError(NotFoundError):
+    code, param = "model_not_found", "model"  # OpenAI's code and param for the same refusal
 
 
 class UnauthorizedError(AppError):

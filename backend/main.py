@@ -2,43 +2,57 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request, Response
+from fastapi import FastAPI
 
 from backend.api.errors import install_error_handlers
-from backend.api.metrics import HTTP_REQUESTS
+from backend.api.middleware import BodyLimit, RequestMetrics, UnhandledErrors
 from backend.api.resources import Resources
-from backend.api.routes import admin, chat, conversations, health, jobs, memories, overview
+from backend.api.routes import (
+    admin,
+    admin_memories,
+    chat,
+    conversations,
+    health,
+    jobs,
+    mem0,
+    memories,
+    models,
+    operations,
+    overview,
+    replicas,
+)
 from backend.core.config import Settings, get_settings
-from backend.engine_client import EngineClient, InProcessEngineClient
-from gpu_runtime.config import RuntimeSettings
+from backend.engine_client import EngineClient
 
 
 def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> FastAPI:
     settings = settings or get_settings()
+    resources = Resources(settings=settings, engine=engine or EngineClient(settings))
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await resources.engine.aclose()  # the streaming sessions of this event loop
+
     app = FastAPI(
         title="InferScale",
         version="0.1.0",
         description="Personalized LLM serving: memories injected as KV into vLLM's cache.",
+        lifespan=lifespan,
     )
-    app.state.resources = Resources(
-        settings=settings, engine=engine or InProcessEngineClient(RuntimeSettings())
-    )
+    app.state.resources = resources
     install_error_handlers(app)
-    for module in (health, admin, overview, memories, conversations, chat, jobs):
+    routers = (health, admin, admin_memories, overview, operations, replicas, memories,
+               conversations, chat, models, jobs, mem0)  # fmt: skip
+    for module in routers:
         app.include_router(module.router)
 
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        path = getattr(route, "path", "unmatched")
-        HTTP_REQUESTS.labels(request.method, path, str(response.status_code)).inc()
-        return response
-
+    app.add_middleware(UnhandledErrors)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(RequestMetrics)
     return app
 
 

@@ -1,8 +1,11 @@
-"""Shared fixtures: scratch Postgres databases, a real Celery worker, one vLLM-CPU engine.
+"""Shared fixtures: scratch Postgres databases, a real Celery worker, one runtime service.
 
-The whole session uses its own Redis database, its own migrated Postgres database and its own
-KV store directory (environment set here, before any settings are read), so test runs never
-touch a developer's data and parallel runs do not collide.
+The whole session uses its own Redis database, its own migrated Postgres database, its own KV
+store directory and its own runtime service process (``python -m gpu_runtime serve``: vLLM-CPU
+with its engine core and worker in processes of their own), all set up through the environment
+here, before any settings are read, so test runs never touch a developer's data and parallel
+runs do not collide. The runtime starts in the background as soon as the tests that need it are
+collected: its ~40 s start overlaps the unit tests.
 """
 
 from __future__ import annotations
@@ -19,71 +22,75 @@ from typing import Any
 
 import pytest
 
-from tests.support import ADMIN, TenantHandle, small_pool
+from gpu_runtime.client.launch import RuntimeProcess, free_port
+from tests.databases import create_database, database_url, drop_database, migrate
+from tests.support import ADMIN, SERVICE_TOKEN, EngineHarness, TenantHandle
 
 REPO = Path(__file__).resolve().parents[1]
-ADMIN_DATABASE_URL = os.environ.get(
-    "INFERSCALE_TEST_ADMIN_DB", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 SESSION_DB = f"inferscale_test_{uuid.uuid4().hex[:10]}"
-_BASE = ADMIN_DATABASE_URL.rsplit("/", 1)[0].replace("postgresql://", "postgresql+psycopg://")
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["INFERSCALE_ENV"] = "test"
-os.environ["DATABASE_URL"] = f"{_BASE}/{SESSION_DB}"
+os.environ["DATABASE_URL"] = database_url(SESSION_DB)
 os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
-os.environ["INFERSCALE_KV_STORE_DIR"] = tempfile.mkdtemp(prefix="inferscale-test-kv-")
-# A KV pool far below what the engine tests encode (~23 KiB of SmolLM2 KV per token): engine
-# tests inject facts that were evicted to host DRAM or disk and loaded back.
+os.environ["INFERSCALE_KV_STORE_DIR"] = KV_DIR = tempfile.mkdtemp(prefix="inferscale-test-kv-")
+# A KV pool far below what the engine tests encode (23-46 KiB of SmolLM2 KV per token): engine
+# tests inject facts that were evicted to host DRAM or disk and loaded back. The host tier is
+# large enough that a newcomer's fair share (capacity / tenants holding slabs) still exceeds one
+# fact with the session's many tenants (at 6 MiB the bench harness found no room at all).
 os.environ["INFERSCALE_GPU_POOL_BYTES"] = str(2 << 20)
-os.environ["INFERSCALE_HOST_POOL_BYTES"] = str(6 << 20)
+os.environ["INFERSCALE_HOST_POOL_BYTES"] = str(64 << 20)
 os.environ["INFERSCALE_POOL_SLAB_BYTES"] = str(64 << 10)
 os.environ.setdefault("INFERSCALE_ADMIN_KEY", "test-admin-key")
+os.environ["INFERSCALE_SERVICE_TOKEN"] = SERVICE_TOKEN
+# Mem0's SDK (tests of our Mem0 surface) sends no telemetry and writes its config in a temp dir.
+os.environ["MEM0_TELEMETRY"] = "False"
+os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="inferscale-test-mem0-"))
+RUNTIME_PORT = free_port()
+os.environ["INFERSCALE_RUNTIME_URL"] = f"http://127.0.0.1:{RUNTIME_PORT}"
+# The runtime fills a request's injected blocks with garbage before writing them, so stale KV
+# can never make a broken injection look right.
+RUNTIME = RuntimeProcess(
+    {"INFERSCALE_SCRUB_INJECTED_BLOCKS": "1", "PYTHONUNBUFFERED": "1"},
+    port=RUNTIME_PORT,
+    log=Path(KV_DIR).parent / f"inferscale-test-runtime-{RUNTIME_PORT}.log",
+    cwd=REPO,
+)
+RUNTIME_FIXTURES = {"runtime_server", "runtime", "api", "celery_worker_process", "served_app"}
 
 
-def _create_database(name: str) -> str:
-    import psycopg
-
-    with psycopg.connect(ADMIN_DATABASE_URL, autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    return f"{_BASE}/{name}"
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if any(RUNTIME_FIXTURES & set(getattr(item, "fixturenames", ())) for item in items):
+        RUNTIME.spawn()  # starts now; the first test that needs it waits for /readyz
 
 
-def _drop_database(name: str) -> None:
-    import psycopg
-
-    with psycopg.connect(ADMIN_DATABASE_URL, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+def pytest_sessionfinish() -> None:
+    RUNTIME.stop()
 
 
 @pytest.fixture
 def scratch_database_url() -> Iterator[str]:
     """A brand-new empty database, dropped afterwards; yields its SQLAlchemy URL."""
     name = f"inferscale_scratch_{uuid.uuid4().hex[:12]}"
-    url = _create_database(name)
+    url = create_database(name)
     try:
         yield url
     finally:
-        _drop_database(name)
+        drop_database(name)
 
 
 @pytest.fixture(scope="session")
 def migrated_database() -> Iterator[str]:
     """The session's database (``DATABASE_URL``), migrated to head."""
-    from alembic import command
-    from alembic.config import Config
-
-    url = _create_database(SESSION_DB)
-    config = Config(str(REPO / "alembic.ini"))
-    config.set_main_option("sqlalchemy.url", url)
-    command.upgrade(config, "head")
+    url = create_database(SESSION_DB)
+    migrate(url)
     try:
         yield url
     finally:
         from backend.db.session import get_engine
 
         get_engine().dispose()
-        _drop_database(SESSION_DB)
+        drop_database(SESSION_DB)
 
 
 @pytest.fixture(scope="session")
@@ -95,10 +102,10 @@ def redis_clean() -> None:
 
 @pytest.fixture(scope="session")
 def celery_worker_process(
-    migrated_database: str, redis_clean: None
+    migrated_database: str, redis_clean: None, runtime_server: RuntimeProcess
 ) -> Iterator[subprocess.Popen[bytes]]:
-    """A real Celery worker in its own process, consuming from Redis like production (it starts
-    its own engine the first time it encodes; the KV store directory is shared)."""
+    """A real Celery worker in its own process, consuming from Redis like production; it
+    encodes through the session's runtime service, as the API serves from it."""
     queue = f"test-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "worker.celery_app", "worker",
@@ -124,45 +131,51 @@ def celery_worker_process(
 
 
 @pytest.fixture(scope="session")
-def runtime() -> Iterator[Any]:
-    """One in-process vLLM-CPU engine with the InferScale connector (~30 s start); the API's
-    engine client wraps this same runtime (one in-process engine per process).
-
-    Torch runs on one thread so logprobs are bit-reproducible; the connector scrubs a request's
-    injected blocks with garbage before writing, so stale KV can never make a test pass wrongly.
-    """
-    import torch
-
-    from backend.engine_client import STORE_NAME
-    from gpu_runtime.config import RuntimeSettings
-    from gpu_runtime.runtime import InjectionRuntime
-
-    torch.set_num_threads(1)
-    settings = RuntimeSettings()
-    rt = InjectionRuntime.start(
-        settings,
-        store_name=STORE_NAME,
-        disk_root=str(settings.resolved_kv_store_dir),
-        pool=small_pool(),
-        scrub_blocks=True,
-    )
-    from gpu_runtime.pool.tensors import TieredKVPool
-
-    assert isinstance(rt.store, TieredKVPool), "engine tests must run through the tiered pool"
-    yield rt
+def runtime_server() -> RuntimeProcess:
+    """The session's runtime service (started at collection; waited for here)."""
+    RUNTIME.spawn()
+    RUNTIME.wait_ready(timeout_s=600)
+    return RUNTIME
 
 
 @pytest.fixture(scope="session")
-def api(migrated_database: str, redis_clean: None) -> Iterator[Any]:
-    """The app with a lazy in-process engine client (tests that never chat never start it)."""
+def runtime(runtime_server: RuntimeProcess) -> EngineHarness:
+    """Engine tests drive the runtime service through the backend's own client."""
+    from gpu_runtime.client.http import RuntimeClient
+
+    return EngineHarness(RuntimeClient(runtime_server.url, SERVICE_TOKEN), KV_DIR)
+
+
+@pytest.fixture(scope="session")
+def api(migrated_database: str, redis_clean: None, runtime_server: RuntimeProcess) -> Iterator[Any]:
+    """The app, a client of the session's runtime service."""
     from fastapi.testclient import TestClient
 
-    from backend.engine_client import InProcessEngineClient
     from backend.main import create_app
-    from gpu_runtime.config import RuntimeSettings
 
-    with TestClient(create_app(engine=InProcessEngineClient(RuntimeSettings()))) as client:
+    with TestClient(create_app()) as client:
         yield client
+
+
+@pytest.fixture
+def served_api(migrated_database: str, runtime_server: RuntimeProcess) -> Iterator[str]:
+    """The API as a real HTTP server (uvicorn in a thread): streams arrive as they are sent."""
+    from backend.main import create_app
+    from tests.processes import served_in_thread
+
+    with served_in_thread(create_app()) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def served_app(migrated_database: str, runtime_server: RuntimeProcess) -> Iterator[str]:
+    """One real HTTP server of the app for a module's tests (SDKs that open their own
+    connections: Mem0's async client, for one, pings with ``requests``)."""
+    from backend.main import create_app
+    from tests.processes import served_in_thread
+
+    with served_in_thread(create_app()) as url:
+        yield url
 
 
 @pytest.fixture

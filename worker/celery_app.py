@@ -5,10 +5,11 @@ from __future__ import annotations
 from celery import Celery
 
 from backend.core.config import get_settings
+from backend.services.outbox import RELAY_EVERY_S
 
 GPU_QUEUE = "gpu"  # tasks that need the engine run on workers next to a GPU
 DEFAULT_QUEUE = "default"
-GPU_TASKS = frozenset({"inferscale.encode_facts"})
+GPU_TASKS = frozenset({"inferscale.encode_facts", "inferscale.extract_memories"})
 REENCODE_EVERY_S = 600.0
 
 
@@ -34,9 +35,14 @@ def create_celery() -> Celery:
         result_serializer="json",
         accept_content=["json"],
         broker_connection_retry_on_startup=True,
+        # Redis redelivers a dead worker's unacknowledged task after this (kombu's default is an
+        # hour: a job whose worker was killed sat that long).
+        broker_transport_options={"visibility_timeout": settings.task_visibility_timeout_s},
+        result_backend_transport_options={"visibility_timeout": settings.task_visibility_timeout_s},
         result_expires=3600,
         beat_schedule={
-            "reencode-stale": {"task": "inferscale.reencode_stale", "schedule": REENCODE_EVERY_S}
+            "reencode-stale": {"task": "inferscale.reencode_stale", "schedule": REENCODE_EVERY_S},
+            "relay-outbox": {"task": "inferscale.relay_outbox", "schedule": RELAY_EVERY_S},
         },
     )
     return app

@@ -5,8 +5,9 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+from backend.services import outbox
 from worker.celery_app import celery_app
-from worker.jobs import encoding, ingestion
+from worker.jobs import encoding, inference, ingestion
 from worker.jobs.progress import update_job
 
 RETRY = {
@@ -29,7 +30,7 @@ def _failed(job_id: str | None, exc: BaseException) -> None:
 
 
 @celery_app.task(name="inferscale.encode_facts", **RETRY)  # type: ignore[untyped-decorator]
-def encode_facts(self: Any, tenant_id: str, fact_ids: list[int], job_id: str | None = None) -> int:
+def encode_facts(self: Any, tenant_id: str, fact_ids: list[str], job_id: str | None = None) -> int:
     try:
         return encoding.encode_facts(tenant_id, fact_ids, job_id)
     except Exception as exc:
@@ -48,6 +49,23 @@ def ingest_conversation(
         if self.request.retries >= self.max_retries:
             _failed(job_id, exc)
         raise
+
+
+@celery_app.task(name="inferscale.extract_memories", **RETRY)  # type: ignore[untyped-decorator]
+def extract_memories(self: Any, tenant_id: str, job_id: str) -> int:
+    """Mem0's infer=true add: facts extracted and reconciled by the served model."""
+    try:
+        return inference.extract_memories(tenant_id, job_id)
+    except Exception as exc:
+        if self.request.retries >= self.max_retries:
+            _failed(job_id, exc)
+        raise
+
+
+@celery_app.task(name="inferscale.relay_outbox")  # type: ignore[untyped-decorator]
+def relay_outbox() -> int:
+    """Jobs whose task did not reach the broker at commit (it was down) are sent now."""
+    return outbox.relay(outbox.send_to_broker)
 
 
 @celery_app.task(name="inferscale.reencode_stale")  # type: ignore[untyped-decorator]

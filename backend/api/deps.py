@@ -8,14 +8,16 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from backend.api.resources import Resources
 from backend.core.config import Settings
 from backend.db.session import commit, session_factory
-from backend.errors import ForbiddenError, UnauthorizedError
+from backend.errors import ForbiddenError, NotFoundError, UnauthorizedError
 from backend.repositories.tenants import ApiKeyRepository, TenantRepository
 from backend.services.context import TenantContext
+from backend.services.outbox import send_to_broker
 from gpu_runtime.types import TenantId
 
 
@@ -53,27 +55,44 @@ class Caller:
     tenant_id: uuid.UUID | None
 
 
-def _bearer(authorization: str | None) -> str:
-    if not authorization or not authorization.lower().startswith("bearer "):
-        raise UnauthorizedError("missing 'Authorization: Bearer <api key>' header")
-    return authorization.split(" ", 1)[1].strip()
+# Declares the scheme in the OpenAPI document; our own 401 says what is missing.
+_BEARER = HTTPBearer(auto_error=False, description="a tenant API key, or the admin key")
+
+
+def _presented_key(
+    credentials: HTTPAuthorizationCredentials | None, authorization: str | None
+) -> str | None:
+    """The key of ``Bearer <key>`` or, as Mem0's SDK sends it, ``Token <key>``."""
+    if credentials is not None and credentials.credentials:
+        return credentials.credentials.strip()
+    scheme, _, key = (authorization or "").strip().partition(" ")
+    return key.strip() or None if scheme.lower() == "token" else None
 
 
 def get_caller(
     session: SessionDep,
     settings: SettingsDep,
-    authorization: Annotated[str | None, Header()] = None,
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Caller:
-    key = _bearer(authorization)
+    key = _presented_key(credentials, authorization)
+    if key is None:
+        raise UnauthorizedError("missing 'Authorization: Bearer <api key>' (or 'Token <api key>')")
     if key == settings.admin_api_key:
         return Caller("admin", None)
+    try:
+        return _tenant_caller(session, settings, key)
+    finally:
+        # Authentication only reads: end its transaction now, so the connection goes back to
+        # the pool while the request waits for a worker thread (at 100 concurrent chats each
+        # request held one from authentication to its commit: the pool ran dry, 503s).
+        session.rollback()
+
+
+def _tenant_caller(session: Session, settings: Settings, key: str) -> Caller:
     row = ApiKeyRepository(session, settings.api_key_pepper).find_active(key)
-    if row is None:
+    if row is None:  # unknown, revoked, or its tenant deleted
         raise UnauthorizedError("invalid or revoked API key")
-    if row.scope == "tenant":
-        assert row.tenant_id is not None
-        if TenantRepository(session).get(row.tenant_id) is None:
-            raise UnauthorizedError("this key's tenant no longer exists")
     return Caller(row.scope, row.tenant_id)
 
 
@@ -107,13 +126,35 @@ def get_tenant_context(
         index=resources.index,
         embedder=resources.embedder,
         engine=resources.engine,
-        enqueue=resources.enqueue,
+        enqueue=send_to_broker,
     )
 
 
 TenantContextDep = Annotated[TenantContext, Depends(get_tenant_context)]
 
-IdempotencyKeyDep = Annotated[str | None, Header(alias="Idempotency-Key")]
+
+def get_admin_tenant_context(
+    tenant_id: uuid.UUID, _: AdminDep, session: SessionDep, resources: ResourcesDep
+) -> TenantContext:
+    """An operator acting on one tenant's data (the memory browser): the tenant named in the
+    path, which must exist; the same services and checks as the tenant's own key."""
+    if TenantRepository(session).get(tenant_id) is None:
+        raise NotFoundError(f"tenant {tenant_id} not found")
+    return TenantContext(
+        session=session,
+        tenant=TenantId(str(tenant_id)),
+        index=resources.index,
+        embedder=resources.embedder,
+        engine=resources.engine,
+        enqueue=send_to_broker,
+    )
+
+
+AdminTenantContextDep = Annotated[TenantContext, Depends(get_admin_tenant_context)]
+
+IdempotencyKeyDep = Annotated[
+    str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)
+]
 
 
 __all__ = ["commit"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -10,24 +11,42 @@ from starlette.exceptions import HTTPException
 from backend.errors import AppError
 
 
-def error_body(code: str, message: str) -> dict[str, dict[str, str]]:
-    return {"error": {"code": code, "message": message}}
+def error_body(code: str, message: str, param: str | None = None) -> dict[str, dict[str, str]]:
+    body = {"code": code, "message": message}
+    if param is not None:
+        body["param"] = param
+    return {"error": body}
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """Each refused field and why, the field named first."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
+        for e in exc.errors()
+    )
 
 
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(AppError)
     async def _app_error(_: Request, exc: AppError) -> JSONResponse:
-        return JSONResponse(error_body(exc.code, exc.message), status_code=exc.status_code)
+        body = error_body(exc.code, exc.message, exc.param)
+        return JSONResponse(body, status_code=exc.status_code)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        details = "; ".join(
-            f"{'.'.join(str(p) for p in e.get('loc', ()) if p != 'body')}: {e.get('msg')}"
-            for e in exc.errors()
-        )
-        return JSONResponse(error_body("invalid_request", details), status_code=422)
+        return JSONResponse(error_body("invalid_request", validation_message(exc)), 422)
+
+    @app.exception_handler(sqlalchemy.exc.TimeoutError)
+    @app.exception_handler(sqlalchemy.exc.OperationalError)
+    async def _database(_: Request, exc: Exception) -> JSONResponse:
+        # No connection to Postgres (down, or none free in time): try again, not a 500.
+        message = "the database is unavailable or saturated; retry shortly"
+        return JSONResponse(error_body("database_unavailable", message), status_code=503)
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # FastAPI's "error parsing the body": not UTF-8 / not JSON
+            message = f"the request body could not be read as JSON: {exc.detail}"
+            return JSONResponse(error_body("invalid_request", message), status_code=422)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
         return JSONResponse(error_body(code, str(exc.detail)), status_code=exc.status_code)

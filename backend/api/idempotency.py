@@ -29,8 +29,6 @@ def run_idempotent(
         body = jsonable_encoder(action())
         commit(session)
         return JSONResponse(body, status_code=status_code)
-    if len(key) > 200:
-        raise ConflictError("Idempotency-Key must be at most 200 characters")
     request_hash = hashlib.sha256(
         json.dumps(jsonable_encoder(request), sort_keys=True).encode()
     ).hexdigest()

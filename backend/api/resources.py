@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 from backend.core.config import Settings
 from backend.engine_client import EngineClient
@@ -28,8 +27,3 @@ class Resources:
             if self._embedder is None:
                 self._embedder = Embedder()
             return self._embedder
-
-    def enqueue(self, task: str, kwargs: dict[str, Any]) -> None:
-        from worker.celery_app import celery_app, queue_for
-
-        celery_app.send_task(task, kwargs=kwargs, queue=queue_for(task))

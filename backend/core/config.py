@@ -8,13 +8,15 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-PLACEHOLDER_SECRETS = frozenset({"", "changeme", "change-me", "dev-admin-key", "secret"})
+PLACEHOLDER_SECRETS = frozenset(
+    {"", "changeme", "change-me", "dev-admin-key", "dev-service-token", "secret"}
+)
 
 
 class Settings(BaseSettings):
     """Everything the API, the worker and the migrations need, with local defaults that work."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
 
     environment: Literal["dev", "test", "prod"] = Field(
         default="dev", validation_alias="INFERSCALE_ENV"
@@ -23,9 +25,78 @@ class Settings(BaseSettings):
         default="postgresql+psycopg://postgres@127.0.0.1:5432/inferscale",
         validation_alias="DATABASE_URL",
     )
+    database_pool_size: int = Field(default=20, ge=1, validation_alias="DATABASE_POOL_SIZE")
+    database_pool_overflow: int = Field(default=30, ge=0, validation_alias="DATABASE_POOL_OVERFLOW")
+    database_pool_timeout_s: float = Field(
+        default=10.0, gt=0, validation_alias="DATABASE_POOL_TIMEOUT_S"
+    )
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    # A task a worker took but never acknowledged (the worker died mid-job) goes back to the
+    # queue after this long. Longer than any job runs, or a running job would be sent twice.
+    task_visibility_timeout_s: int = Field(
+        default=1800, ge=5, validation_alias="INFERSCALE_TASK_VISIBILITY_TIMEOUT_S"
+    )
     admin_api_key: str = Field(default="dev-admin-key", validation_alias="INFERSCALE_ADMIN_KEY")
     api_key_pepper: str = Field(default="changeme", validation_alias="INFERSCALE_KEY_PEPPER")
+    # The runtime service (python -m gpu_runtime serve) and the token it requires.
+    runtime_url: str = Field(
+        default="http://127.0.0.1:8100", validation_alias="INFERSCALE_RUNTIME_URL"
+    )
+    # Several runtime replicas (one per GPU or engine), comma-separated: each tenant is served by
+    # one of them (rendezvous hashing over the healthy ones). Empty: INFERSCALE_RUNTIME_URL alone.
+    # Every process (API, workers) must list the same URLs (order does not matter), and the
+    # replicas must share one INFERSCALE_KV_STORE_DIR.
+    runtime_urls: str = Field(default="", validation_alias="INFERSCALE_RUNTIME_URLS")
+    # How long a replica's health stands before the next lazy /readyz probe.
+    runtime_probe_interval_s: float = Field(
+        default=5.0, gt=0, validation_alias="INFERSCALE_RUNTIME_PROBE_INTERVAL_S"
+    )
+    service_token: str = Field(
+        default="dev-service-token", validation_alias="INFERSCALE_SERVICE_TOKEN"
+    )
+    runtime_timeout_s: float = Field(
+        default=300.0, gt=0, validation_alias="INFERSCALE_RUNTIME_TIMEOUT_S"
+    )
+    # Where the API and the dashboard listen (`inferscale api`, `inferscale dashboard`).
+    api_host: str = Field(default="127.0.0.1", validation_alias="INFERSCALE_API_HOST")
+    api_port: int = Field(default=8000, ge=1, le=65535, validation_alias="INFERSCALE_API_PORT")
+    dashboard_port: int = Field(
+        default=8501, ge=1, le=65535, validation_alias="INFERSCALE_DASHBOARD_PORT"
+    )
+    # Largest request body accepted (413 beyond it); a LoCoMo conversation is about 300 KB.
+    max_request_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, validation_alias="INFERSCALE_MAX_REQUEST_BYTES"
+    )
+    # The encoding policy: w turns of context per fact, and the procedure's version.
+    window_turns: int = Field(default=5, ge=0, le=64, validation_alias="INFERSCALE_WINDOW_TURNS")
+    encoding_version: int = Field(default=1, ge=1, validation_alias="INFERSCALE_ENCODING_VERSION")
+    # Hybrid injection: how many of the most relevant retrieved facts are prefilled as text after
+    # the injected ones when a chat does not say (docs/accuracy.md).
+    hybrid_recompute: int = Field(
+        default=2, ge=0, le=200, validation_alias="INFERSCALE_HYBRID_RECOMPUTE"
+    )
+
+    # Names the chat API answers to besides the served model's own (comma-separated); any other
+    # `model` is OpenAI's 404 model_not_found.
+    model_aliases: str = Field(default="inferscale", validation_alias="INFERSCALE_MODEL_ALIASES")
+
+    @property
+    def model_alias_list(self) -> list[str]:
+        return [name.strip() for name in self.model_aliases.split(",") if name.strip()]
+
+    @property
+    def runtime_replica_urls(self) -> tuple[str, ...]:
+        listed = [u.strip().rstrip("/") for u in self.runtime_urls.split(",") if u.strip()]
+        return tuple(listed) or (self.runtime_url.rstrip("/"),)
+
+    @model_validator(mode="after")
+    def _check_runtime_urls(self) -> Settings:
+        urls = self.runtime_replica_urls
+        if len(set(urls)) != len(urls):
+            raise ValueError(f"INFERSCALE_RUNTIME_URLS lists a replica twice: {', '.join(urls)}")
+        if bad := [u for u in urls if not u.startswith(("http://", "https://"))]:
+            raise ValueError(f"runtime URLs must start with http:// or https://: {bad}")
+        return self
 
     @model_validator(mode="after")
     def _refuse_placeholder_secrets(self) -> Settings:
@@ -33,7 +104,7 @@ class Settings(BaseSettings):
         if self.environment == "prod":
             weak = [
                 name
-                for name in ("admin_api_key", "api_key_pepper")
+                for name in ("admin_api_key", "api_key_pepper", "service_token")
                 if getattr(self, name) in PLACEHOLDER_SECRETS or len(getattr(self, name)) < 16
             ]
             if weak:

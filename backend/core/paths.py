@@ -1,4 +1,5 @@
-"""Where shared data lives: LoCoMo conversations (``INFERSCALE_LOCOMO_DIR`` overrides)."""
+"""Where data lives: the LoCoMo conversations in the repository (``INFERSCALE_LOCOMO_DIR``
+points elsewhere)."""
 
 from __future__ import annotations
 
@@ -10,4 +11,4 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 def locomo_dir() -> Path:
     configured = os.environ.get("INFERSCALE_LOCOMO_DIR")
-    return Path(configured) if configured else REPO_ROOT.parent / "shared" / "data" / "locomo"
+    return Path(configured) if configured else REPO_ROOT / "data" / "locomo"

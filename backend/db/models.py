@@ -19,6 +19,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     func,
+    text,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
@@ -106,9 +107,19 @@ class Turn(Base):
 
 class Fact(Base):
     __tablename__ = "facts"
-    __table_args__ = (Index("ix_facts_tenant_user_live", "tenant_id", "user_id", "deleted_at"),)
+    __table_args__ = (
+        Index("ix_facts_tenant_user_live", "tenant_id", "user_id", "deleted_at"),
+        Index("ix_facts_tenant_agent_id", "tenant_id", "agent_id"),
+        Index("ix_facts_tenant_app_id", "tenant_id", "app_id"),
+        Index("ix_facts_tenant_run_id", "tenant_id", "run_id"),
+    )
 
     id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    # What the API and jobs call the memory: random, so ids say nothing about other tenants'
+    # memories (the sequential ``id`` stays internal: index entries, foreign keys).
+    public_id: Mapped[uuid.UUID] = mapped_column(
+        unique=True, default=uuid.uuid4, server_default=text("gen_random_uuid()")
+    )
     tenant_id: Mapped[uuid.UUID] = mapped_column(ForeignKey(TENANT_FK, ondelete="CASCADE"))
     user_id: Mapped[int] = mapped_column(ForeignKey("end_users.id", ondelete="CASCADE"))
     text: Mapped[str] = mapped_column(Text)
@@ -117,6 +128,12 @@ class Fact(Base):
     )
     version: Mapped[int] = mapped_column(Integer, default=1)
     meta: Mapped[dict[str, Any]] = mapped_column("metadata", JSONB, default=dict)
+    # Mem0's scopes besides the user (None: not scoped to one). A memory without a user belongs
+    # to the tenant's scope owner, the end user with external id "" (backend.services.mem0).
+    agent_id: Mapped[str | None] = mapped_column(String(200))
+    app_id: Mapped[str | None] = mapped_column(String(200))
+    run_id: Mapped[str | None] = mapped_column(String(200))
+    categories: Mapped[list[str]] = mapped_column(JSONB, default=list, server_default="[]")
     embedding: Mapped[bytes] = mapped_column(LargeBinary)  # float32 MiniLM vector, normalised
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = mapped_column(
@@ -168,6 +185,9 @@ class FactEncoding(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
+    __table_args__ = (  # the outbox relay's scan (backend.services.outbox)
+        Index("ix_jobs_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
+    )
 
     id: Mapped[uuid.UUID] = mapped_column(primary_key=True, default=uuid.uuid4)
     tenant_id: Mapped[uuid.UUID | None] = mapped_column(
@@ -180,6 +200,8 @@ class Job(Base):
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)
     error: Mapped[str] = mapped_column(Text, default="")
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # The outbox: when its task reached the broker (None: not yet; backend.services.outbox).
+    dispatched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = _now_column()
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), server_default=func.now(), onupdate=func.now()

@@ -16,7 +16,16 @@ AFTER_COMMIT = "inferscale_after_commit"
 
 @lru_cache
 def get_engine() -> Engine:
-    return create_engine(get_settings().database_url, pool_pre_ping=True)
+    settings = get_settings()
+    # The API retrieves in a thread pool of 40: its connections must not be the limit. Waiting
+    # for one is bounded, and a wait that times out is a 503 (backend.api.errors).
+    return create_engine(
+        settings.database_url,
+        pool_pre_ping=True,
+        pool_size=settings.database_pool_size,
+        max_overflow=settings.database_pool_overflow,
+        pool_timeout=settings.database_pool_timeout_s,
+    )
 
 
 @lru_cache

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from gpu_runtime.composer import Turn
+from gpu_runtime.client.composer import Turn
 
 
 @dataclass(frozen=True)

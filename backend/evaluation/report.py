@@ -5,7 +5,9 @@ category and overall (a micro average over all questions, as the official summar
 
 Fidelity compares each kv config with prompt mode at the same k, question by question: the share
 of generated answers that are identical strings, the share whose first token is the same, and the
-mean first-token KL(prompt || kv). Only the top-20 logprobs of each side are known, so the KL is
+mean first-token KL(prompt || kv), and the paired bootstrap 95% confidence interval of the F1
+difference (resampling questions, 2,000 draws, seeded). Hybrid configs are compared the same way.
+Only the top-20 logprobs of each side are known, so the KL is
 an estimate over the union U of the two top-20 sets: a token that one side did not list is given,
 on that side, the smallest logprob that side did list (an upper bound: it did not make the list),
 then each side is renormalised over U. Probability mass outside U is ignored. The estimate is 0
@@ -23,6 +25,22 @@ from typing import Any
 from backend.evaluation.scoring import CATEGORY_NAMES
 
 PLOT_K = 20
+BOOTSTRAP_DRAWS = 2000
+
+
+def paired_bootstrap_ci(
+    deltas: list[float], draws: int = BOOTSTRAP_DRAWS, seed: int = 0
+) -> tuple[float, float] | None:
+    """95% CI of the mean of paired differences, resampling the pairs with replacement."""
+    if not deltas:
+        return None
+    import numpy as np
+
+    values = np.asarray(deltas, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, len(values), size=(draws, len(values)))].mean(axis=1)
+    low, high = np.percentile(means, [2.5, 97.5])
+    return float(low), float(high)
 
 
 def first_token_kl(p: Mapping[str, float], q: Mapping[str, float]) -> float | None:
@@ -75,10 +93,13 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any
                 "mode": first["mode"],
                 "k": first["k"],
                 "w": first["w"],
+                "recompute": first.get("recompute", 0),
                 "n": len(group),
                 "f1": _per_category(group, "f1"),
                 "evidence_recall": _mean(r["evidence_recall"] for r in group),
                 "mean_seconds": _mean(r["seconds"] for r in group),
+                "mean_prompt_tokens": _mean(r.get("prompt_tokens") for r in group),
+                "mean_injected_tokens": _mean(r.get("injected_tokens") for r in group),
             }
         )
     prompt = {(r["k"], r["sample"], r["qa_index"]): r for r in rows if r["mode"] == "prompt"}
@@ -86,18 +107,22 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any
     for label in labels:
         pairs = []
         for r in rows:
-            if r["label"] == label and r["mode"] == "kv":
+            if r["label"] == label and r["mode"] != "prompt":
                 reference = prompt.get((r["k"], r["sample"], r["qa_index"]))
                 if reference is not None:
                     pairs.append(_compare(reference, r))
         if pairs:
             k, w = pairs[0]["k"], pairs[0]["w"]
+            ci = paired_bootstrap_ci([pair["f1_delta"] for pair in pairs])
             fidelity.append(
                 {
                     "label": label,
+                    "mode": pairs[0]["mode"],
                     "k": k,
                     "w": w,
+                    "recompute": pairs[0]["recompute"],
                     "n": len(pairs),
+                    "f1_delta_ci95": None if ci is None else list(ci),
                     "identical_answers": _per_category(pairs, "identical"),
                     "first_token_agreement": _per_category(pairs, "first_token_same"),
                     "mean_first_token_kl": _per_category(pairs, "kl"),
@@ -125,8 +150,10 @@ def _compare(reference: dict[str, Any], kv: dict[str, Any]) -> dict[str, Any]:
     same_first = None if None in firsts else firsts[0] == firsts[1]
     return {
         "category": kv["category"],
+        "mode": kv["mode"],
         "k": kv["k"],
         "w": kv["w"],
+        "recompute": kv.get("recompute", 0),
         "identical": float(reference["raw"] == kv["raw"]),
         "first_token_same": None if same_first is None else float(same_first),
         "kl": first_token_kl(ref_top, kv_top),
@@ -177,18 +204,20 @@ def to_markdown(result: dict[str, Any], with_notes: bool = True) -> str:
     if result["fidelity"]:
         lines += [
             "",
-            "## Fidelity of kv vs prompt at the same k",
+            "## Fidelity of kv and hybrid vs prompt at the same k",
             "",
             "| config | n | identical answers | first-token agreement | mean first-token KL "
-            "| F1 kv - prompt |",
-            "|---|---:|---:|---:|---:|---:|",
+            "| F1 - prompt F1 | paired bootstrap 95% CI |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for fid in result["fidelity"]:
+            ci = fid.get("f1_delta_ci95")
             lines.append(
                 f"| {fid['label']} | {fid['n']} | {_fmt(fid['identical_answers']['overall'])} | "
                 f"{_fmt(fid['first_token_agreement']['overall'])} | "
                 f"{_fmt(fid['mean_first_token_kl']['overall'], 4)} | "
-                f"{_fmt(fid['f1_delta_vs_prompt']['overall'])} |"
+                f"{_fmt(fid['f1_delta_vs_prompt']['overall'])} | "
+                + (f"[{ci[0]:+.3f}, {ci[1]:+.3f}] |" if ci else "- |")
             )
     if with_notes:
         lines += ["", "## Notes", "", *_NOTES]
@@ -246,7 +275,43 @@ def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
     json_path.write_text(json.dumps(result, indent=1) + "\n")
     md_path.write_text(to_markdown(result))
     written = [json_path, md_path]
-    png = plot(result, out / "f1_by_category.png")
-    if png is not None:
-        written.append(png)
+    for png in (plot(result, out / "f1_by_category.png"), plot_recompute(result, out)):
+        if png is not None:
+            written.append(png)
     return written
+
+
+def plot_recompute(result: dict[str, Any], out: Path) -> Path | None:
+    """F1 - prompt F1 (with its 95% CI) against r, one line per (k, w) of the hybrid runs; the
+    pure kv config of that (k, w) is r = 0."""
+    fidelity = [f for f in result["fidelity"] if f.get("f1_delta_ci95")]
+    hybrid = {(f["k"], f["w"]) for f in fidelity if f.get("mode") == "hybrid"}
+    if not hybrid:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4))
+    for k, w in sorted(hybrid):
+        points = sorted(
+            ((f.get("recompute", 0) if f.get("mode") == "hybrid" else 0), f)
+            for f in fidelity
+            if f["k"] == k and f["w"] == w and f.get("mode") in ("hybrid", "kv")
+        )  # fmt: skip
+        rs = [r for r, _ in points]
+        mid = [f["f1_delta_vs_prompt"]["overall"] for _, f in points]
+        low = [m - f["f1_delta_ci95"][0] for m, (_, f) in zip(mid, points, strict=True)]
+        high = [f["f1_delta_ci95"][1] - m for m, (_, f) in zip(mid, points, strict=True)]
+        ax.errorbar(rs, mid, yerr=[low, high], fmt="o-", capsize=3, label=f"k={k}, w={w}")
+    ax.axhline(0, color="gray", lw=0.8)
+    ax.axhline(-0.01, color="gray", lw=0.8, ls="--", label="-1 point")
+    ax.set(xlabel="facts recomputed r (0 = pure kv)", ylabel="F1 - prompt F1 (95% CI)",
+           title=f"Hybrid injection: F1 vs r ({result['config'].get('model', '')})")  # fmt: skip
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / "f1_vs_recompute.png"
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from backend.db.models import Conversation, EndUser, Turn
 from backend.repositories.base import TenantScoped
@@ -102,3 +102,23 @@ class ConversationRepository(TenantScoped):
                 .order_by(Turn.seq)
             )
         )
+
+    def ids_of_user(self, user: EndUser) -> list[uuid.UUID]:
+        return list(
+            self.session.scalars(
+                select(Conversation.id).where(
+                    Conversation.tenant_id == self.tenant_uuid, Conversation.user_id == user.id
+                )
+            )
+        )
+
+    def delete(self, conversation: Conversation) -> None:
+        """The conversation and every turn of it (facts keep no link: ``source_turn_id`` is
+        set to null by the database)."""
+        self.session.execute(
+            delete(Turn).where(
+                Turn.tenant_id == self.tenant_uuid, Turn.conversation_id == conversation.id
+            )
+        )
+        self.session.delete(conversation)
+        self.session.flush()

@@ -55,6 +55,27 @@ class EncodingRepository(TenantScoped):
             )
         )
 
+    def ready(self, config: EncodingConfig, after_id: int = 0, limit: int = 1000) -> list[Fact]:
+        """Live facts whose current version is ready under ``config``, by id after ``after_id``."""
+        return list(
+            self.session.scalars(
+                select(Fact)
+                .join(FactEncoding, FactEncoding.fact_id == Fact.id)
+                .where(
+                    Fact.tenant_id == self.tenant_uuid,
+                    Fact.deleted_at.is_(None),
+                    Fact.id > after_id,
+                    FactEncoding.fact_version == Fact.version,
+                    FactEncoding.model == config.model,
+                    FactEncoding.window == config.window,
+                    FactEncoding.encoding_version == config.version,
+                    FactEncoding.status == "ready",
+                )
+                .order_by(Fact.id)
+                .limit(limit)
+            )
+        )
+
     def missing(self, config: EncodingConfig, limit: int = 500) -> list[Fact]:
         """Live facts whose current version has no ready encoding under ``config``."""
         ready = (
@@ -104,3 +125,39 @@ class JobRepository:
         if job is None or (self.tenant_id is not None and job.tenant_id != self.tenant_id):
             return None
         return job
+
+    def cancel_extractions(self, scope_field: str, value: str) -> int:
+        """``infer=true`` jobs of that entity not yet applied: they keep no messages and will
+        add nothing (the entity is being deleted). The rows are locked, so a worker applying one
+        right now either finished first (its memories are then deleted with the rest) or finds
+        it cancelled."""
+        jobs = self.session.scalars(
+            select(Job)
+            .where(
+                Job.tenant_id == self.tenant_id,
+                Job.kind == "extract_memories",
+                Job.payload["scope"][scope_field].astext == value,
+            )
+            .with_for_update()
+        )
+        cancelled = 0
+        for job in jobs:
+            if (job.payload or {}).get("applied"):
+                continue
+            job.payload = {"scope": job.payload["scope"], "applied": True, "results": []}
+            job.status, job.error = "failed", "cancelled: its entity was deleted before it ran"
+            cancelled += 1
+        return cancelled
+
+    def close_ingestion(self, conversation_id: uuid.UUID) -> None:
+        """The conversation's ingestion jobs keep no texts and have nothing left to do (it is
+        being deleted): a job still queued finds itself ingested and creates nothing."""
+        jobs = self.session.scalars(
+            select(Job).where(
+                Job.tenant_id == self.tenant_id,
+                Job.kind == "ingest_conversation",
+                Job.payload["conversation_id"].astext == str(conversation_id),
+            )
+        )
+        for job in jobs:
+            job.payload = {**(job.payload or {}), "observations": [], "ingested": True}

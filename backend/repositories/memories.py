@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,6 +30,19 @@ class UserRepository(TenantScoped):
             self.session.add(user)
             self.session.flush()
         return user
+
+    def with_fact_counts(self, limit: int = 1000) -> list[tuple[str, int]]:
+        """(external id, live facts) of the tenant's users, most facts first."""
+        live = func.count(Fact.id).filter(Fact.deleted_at.is_(None))
+        rows = self.session.execute(
+            select(EndUser.external_id, live)
+            .outerjoin(Fact, Fact.user_id == EndUser.id)
+            .where(EndUser.tenant_id == self.tenant_uuid)
+            .group_by(EndUser.external_id)
+            .order_by(live.desc(), EndUser.external_id)
+            .limit(limit)
+        ).all()
+        return [(str(r[0]), int(r[1])) for r in rows]
 
     def by_id(self, user_id: int) -> EndUser | None:
         return self.session.scalar(
@@ -55,6 +70,16 @@ def vector_from(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+@dataclass(frozen=True)
+class FactScope:
+    """Mem0's scopes of a memory besides its user, and its categories."""
+
+    agent_id: str | None = None
+    app_id: str | None = None
+    run_id: str | None = None
+    categories: tuple[str, ...] = ()
+
+
 class FactRepository(TenantScoped):
     def _live(self) -> Select[Any]:
         return select(Fact).where(Fact.tenant_id == self.tenant_uuid, Fact.deleted_at.is_(None))
@@ -66,7 +91,9 @@ class FactRepository(TenantScoped):
         embedding: np.ndarray,
         meta: dict[str, Any] | None = None,
         source_turn_id: int | None = None,
+        scope: FactScope | None = None,
     ) -> Fact:
+        scope = scope or FactScope()
         fact = Fact(
             tenant_id=self.tenant_uuid,
             user_id=user.id,
@@ -75,33 +102,57 @@ class FactRepository(TenantScoped):
             meta=meta or {},
             source_turn_id=source_turn_id,
             version=1,
+            agent_id=scope.agent_id,
+            app_id=scope.app_id,
+            run_id=scope.run_id,
+            categories=list(scope.categories),
         )
         self.session.add(fact)
         self.session.flush()
         self._history(fact, "ADD", None, text)
         return fact
 
-    def get(self, fact_id: int) -> Fact | None:
-        fact: Fact | None = self.session.scalar(self._live().where(Fact.id == fact_id))
+    def get(self, public_id: uuid.UUID) -> Fact | None:
+        fact: Fact | None = self.session.scalar(self._live().where(Fact.public_id == public_id))
         return fact
 
-    def get_any(self, fact_id: int) -> Fact | None:
+    def get_any(self, public_id: uuid.UUID) -> Fact | None:
         """Including deleted facts (history stays readable)."""
         return self.session.scalar(
-            select(Fact).where(Fact.tenant_id == self.tenant_uuid, Fact.id == fact_id)
+            select(Fact).where(Fact.tenant_id == self.tenant_uuid, Fact.public_id == public_id)
         )
 
-    def many(self, fact_ids: list[int]) -> list[Fact]:
-        if not fact_ids:
+    def many(self, public_ids: Sequence[uuid.UUID]) -> list[Fact]:
+        """The live ones of these facts, in the order asked."""
+        if not public_ids:
             return []
-        rows = {f.id: f for f in self.session.scalars(self._live().where(Fact.id.in_(fact_ids)))}
-        return [rows[i] for i in fact_ids if i in rows]
+        query = self._live().where(Fact.public_id.in_(public_ids))
+        rows = {f.public_id: f for f in self.session.scalars(query)}
+        return [rows[i] for i in public_ids if i in rows]
+
+    def many_by_row(self, row_ids: Sequence[int]) -> list[Fact]:
+        """By internal row id (what the retrieval index holds), in the order asked."""
+        if not row_ids:
+            return []
+        rows = {f.id: f for f in self.session.scalars(self._live().where(Fact.id.in_(row_ids)))}
+        return [rows[i] for i in row_ids if i in rows]
 
     def list_for_user(self, user: EndUser, page: Page) -> tuple[list[Fact], int]:
         query = self._live().where(Fact.user_id == user.id)
         total = self.session.scalar(select(func.count()).select_from(query.subquery())) or 0
         rows = self.session.scalars(query.order_by(Fact.id).offset(page.offset).limit(page.limit))
         return list(rows), total
+
+    def live_from_conversation(self, conversation_id: uuid.UUID) -> list[Fact]:
+        """Live facts taken from the conversation's turns."""
+        return list(
+            self.session.scalars(
+                self._live()
+                .join(Turn, Turn.id == Fact.source_turn_id)
+                .where(Turn.conversation_id == conversation_id)
+                .order_by(Fact.id)
+            )
+        )
 
     def source_turns(self, conversation_id: uuid.UUID) -> set[int]:
         """Turns of a conversation that already have facts (live or deleted)."""
@@ -134,9 +185,19 @@ class FactRepository(TenantScoped):
         return fact
 
     def soft_delete(self, fact: Fact) -> None:
+        """The row stays (ids are never reused, history keeps its events) but nothing of what
+        it said does: text, embedding and metadata, and every text of its history."""
         fact.deleted_at = datetime.now(UTC)
+        fact.text = ""
+        fact.embedding = b""
+        fact.meta = {}
+        self.session.execute(
+            update(FactHistory)
+            .where(FactHistory.tenant_id == self.tenant_uuid, FactHistory.fact_id == fact.id)
+            .values(old_text=None, new_text=None)
+        )
         self.session.flush()
-        self._history(fact, "DELETE", fact.text, None)
+        self._history(fact, "DELETE", None, None)
 
     def history(self, fact: Fact) -> list[FactHistory]:
         return list(
@@ -146,6 +207,10 @@ class FactRepository(TenantScoped):
                 .order_by(FactHistory.id)
             )
         )
+
+    def note_unchanged(self, fact: Fact) -> None:
+        """A decision to keep the fact as it is (inference's NONE), in its history."""
+        self._history(fact, "NONE", fact.text, fact.text)
 
     def _history(self, fact: Fact, event: str, old: str | None, new: str | None) -> None:
         self.session.add(

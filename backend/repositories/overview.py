@@ -5,17 +5,27 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from sqlalchemy import case, func, select
+from sqlalchemy import func, select, true
 from sqlalchemy.orm import Session
 
-from backend.db.models import EndUser, Fact, FactEncoding, RequestLog, Tenant
+from backend.db.models import EndUser, Fact, FactEncoding, Job, RequestLog, Tenant
+from gpu_runtime.types import EncodingConfig
 
 
 class OverviewRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def tenants(self) -> list[dict[str, Any]]:
+    def tenants(self, config: EncodingConfig | None = None) -> list[dict[str, Any]]:
+        """Per tenant: users, live facts, and their current versions' encodings under
+        ``config`` (the runtime's; any config when it is unknown): ready, pending, failed."""
+        current = (
+            (FactEncoding.model == config.model)
+            & (FactEncoding.window == config.window)
+            & (FactEncoding.encoding_version == config.version)
+            if config is not None
+            else true()
+        )
         users = (
             select(EndUser.tenant_id, func.count().label("n"))
             .group_by(EndUser.tenant_id)
@@ -27,16 +37,47 @@ class OverviewRepository:
             .group_by(Fact.tenant_id)
             .subquery()
         )
+        # Per live fact, at its current version: is some encoding ready (and how big)? Facts
+        # whose job has not recorded anything yet count as waiting; deleted facts and older
+        # versions count for nothing.
+        ready = (
+            select(
+                FactEncoding.fact_id,
+                func.max(FactEncoding.nbytes).label("nbytes"),
+            )
+            .join(Fact, Fact.id == FactEncoding.fact_id)
+            .where(
+                FactEncoding.status == "ready",
+                current,
+                FactEncoding.fact_version == Fact.version,
+                Fact.deleted_at.is_(None),
+            )
+            .group_by(FactEncoding.fact_id)
+            .subquery()
+        )
+        # Live facts whose current version's last encoding attempt failed (and none is ready).
+        failed = (
+            select(FactEncoding.fact_id)
+            .join(Fact, Fact.id == FactEncoding.fact_id)
+            .where(
+                FactEncoding.status == "failed", FactEncoding.fact_version == Fact.version, current
+            )
+            .group_by(FactEncoding.fact_id)
+            .subquery()
+        )
+        not_ready = ready.c.fact_id.is_(None)
         encodings = (
             select(
-                FactEncoding.tenant_id,
-                func.sum(case((FactEncoding.status == "ready", 1), else_=0)).label("ready"),
-                func.sum(case((FactEncoding.status != "ready", 1), else_=0)).label("waiting"),
-                func.sum(
-                    case((FactEncoding.status == "ready", FactEncoding.nbytes), else_=0)
-                ).label("bytes"),
+                Fact.tenant_id,
+                func.count(ready.c.fact_id).label("ready"),
+                func.count().filter(not_ready, failed.c.fact_id.is_(None)).label("waiting"),
+                func.coalesce(func.sum(ready.c.nbytes), 0).label("bytes"),
+                func.count().filter(not_ready, failed.c.fact_id.is_not(None)).label("failed"),
             )
-            .group_by(FactEncoding.tenant_id)
+            .outerjoin(ready, ready.c.fact_id == Fact.id)
+            .outerjoin(failed, failed.c.fact_id == Fact.id)
+            .where(Fact.deleted_at.is_(None))
+            .group_by(Fact.tenant_id)
             .subquery()
         )
         rows = self.session.execute(
@@ -48,6 +89,7 @@ class OverviewRepository:
                 func.coalesce(encodings.c.ready, 0),
                 func.coalesce(encodings.c.waiting, 0),
                 func.coalesce(encodings.c.bytes, 0),
+                func.coalesce(encodings.c.failed, 0),
             )
             .outerjoin(users, users.c.tenant_id == Tenant.id)
             .outerjoin(facts, facts.c.tenant_id == Tenant.id)
@@ -64,6 +106,7 @@ class OverviewRepository:
                 "encodings_ready": int(r[4]),
                 "encodings_waiting": int(r[5]),
                 "kv_bytes": int(r[6]),
+                "encodings_failed": int(r[7]),
             }
             for r in rows
         ]
@@ -85,4 +128,28 @@ class OverviewRepository:
                 "completion_tokens": r.completion_tokens,
             }
             for r in self.session.scalars(query)
+        ]
+
+    def jobs(self, tenant_id: uuid.UUID | None, limit: int) -> list[dict[str, Any]]:
+        """Newest first: ingestion and encoding jobs with their progress and errors."""
+        query = select(Job, Tenant.name).outerjoin(Tenant, Tenant.id == Job.tenant_id)
+        if tenant_id is not None:
+            query = query.where(Job.tenant_id == tenant_id)
+        rows = self.session.execute(query.order_by(Job.created_at.desc()).limit(limit)).all()
+        return [
+            {
+                "id": str(job.id),
+                "tenant_id": str(job.tenant_id) if job.tenant_id else None,
+                "tenant": name or "",
+                "kind": job.kind,
+                "status": job.status,
+                "progress_done": job.progress_done,
+                "progress_total": job.progress_total,
+                "attempts": job.attempts,
+                "error": job.error,
+                "created_at": job.created_at.isoformat(),
+                "updated_at": job.updated_at.isoformat(),
+                "dispatched": job.dispatched_at is not None,
+            }
+            for job, name in rows
         ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -51,3 +51,21 @@ class IdempotencyRepository:
             .on_conflict_do_nothing()
         )
         return bool(getattr(result, "rowcount", 0))
+
+    def forget_memory(self, memory_id: str) -> int:
+        """Drop stored responses that quote the memory (a replay must not bring back deleted
+        text); returns how many."""
+        result = self.session.execute(
+            delete(IdempotencyRecord).where(
+                IdempotencyRecord.scope == self.scope,
+                IdempotencyRecord.body.contains({"results": [{"id": memory_id}]}),
+            )
+        )
+        return int(getattr(result, "rowcount", 0))
+
+    def forget_all(self) -> int:
+        """Every stored response of this scope (a tenant being deleted)."""
+        result = self.session.execute(
+            delete(IdempotencyRecord).where(IdempotencyRecord.scope == self.scope)
+        )
+        return int(getattr(result, "rowcount", 0))

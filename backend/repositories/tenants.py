@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -41,8 +41,11 @@ class TenantRepository:
         )
         return list(rows), total
 
-    def soft_delete(self, tenant: Tenant) -> None:
-        tenant.deleted_at = datetime.now(UTC)
+    def delete(self, tenant: Tenant) -> None:
+        """Every row of the tenant goes with it (foreign keys cascade: keys, users, turns,
+        facts and their history, encodings, jobs, the request log)."""
+        self.session.delete(tenant)
+        self.session.flush()
 
 
 class ApiKeyRepository:
@@ -64,10 +67,18 @@ class ApiKeyRepository:
         return row, plaintext
 
     def find_active(self, plaintext: str) -> ApiKey | None:
+        """The key if it is not revoked and its tenant (if any) is not deleted: one query, as
+        every request authenticates."""
         row = self.session.scalar(
-            select(ApiKey).where(ApiKey.key_hash == hash_api_key(plaintext, self.pepper))
+            select(ApiKey)
+            .outerjoin(Tenant, Tenant.id == ApiKey.tenant_id)
+            .where(
+                ApiKey.key_hash == hash_api_key(plaintext, self.pepper),
+                ApiKey.revoked_at.is_(None),
+                or_(ApiKey.tenant_id.is_(None), Tenant.deleted_at.is_(None)),
+            )
         )
-        return row if row is not None and row.revoked_at is None else None
+        return row
 
     def for_tenant(self, tenant_id: uuid.UUID) -> list[ApiKey]:
         return list(

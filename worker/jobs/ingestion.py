@@ -13,25 +13,32 @@ from worker.jobs.resources import tenant_context
 
 
 def ingest_conversation(tenant_id: str, conversation_id: str, job_id: str | None = None) -> int:
-    """Returns the number of facts created; a redelivered job creates none twice."""
+    """Returns the number of facts created; a redelivered job creates none twice.
+
+    The observations' texts travel in the job's payload only until they are facts: the same
+    transaction that creates the facts empties them (a deleted memory must not live on in a job
+    row) and marks the job ingested, so a redelivery does nothing."""
     tenant = TenantId(tenant_id)
     update_job(job_id, status="running", attempt=True)
-    observations: list[tuple[str, str]] = []
     with session_scope() as session:
         job = session.get(Job, uuid.UUID(job_id)) if job_id else None
-        if job is not None:
-            observations = [
-                (str(t), str(r)) for t, r in (job.payload or {}).get("observations", [])
-            ]
-    with session_scope() as session:
-        created = ConversationService(tenant_context(session, tenant)).ingest(
-            uuid.UUID(conversation_id), observations
-        )
+        payload = dict(job.payload or {}) if job is not None else {}
+        if payload.get("ingested"):
+            created: list[str] = []
+            encode_job = None
+        else:
+            observations = [(str(t), str(r)) for t, r in payload.get("observations", [])]
+            created, encode_job = ConversationService(tenant_context(session, tenant)).ingest(
+                uuid.UUID(conversation_id), observations
+            )
+            if job is not None:
+                job.payload = {**payload, "observations": [], "ingested": True}
+    # A redelivered job creates nothing and must not erase what the first run recorded.
+    recorded = {"fact_ids": created, "encode_job_id": str(encode_job)} if created else {}
     update_job(
         job_id,
         status="succeeded",
-        progress_done=len(created),
-        progress_total=len(created),
-        payload_merge={"fact_ids": created},
+        **({"progress_done": len(created), "progress_total": len(created)} if created else {}),
+        payload_merge=recorded,
     )
     return len(created)

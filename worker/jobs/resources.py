@@ -1,35 +1,29 @@
-"""Per-worker-process resources: engine client (started on first encode), embedder, index."""
+"""Per-worker-process resources: the runtime's client, the embedder, the index."""
 
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Any
 
 from sqlalchemy.orm import Session
 
 from backend.api.resources import EMBEDDING_DIM
-from backend.engine_client import EngineClient, InProcessEngineClient
+from backend.core.config import get_settings
+from backend.engine_client import EngineClient
 from backend.retrieval.embedder import get_embedder
 from backend.retrieval.index import FactIndex
 from backend.services.context import TenantContext
-from gpu_runtime.config import RuntimeSettings
+from backend.services.outbox import send_to_broker
 from gpu_runtime.types import TenantId
 
 
 @lru_cache
 def engine_client() -> EngineClient:
-    return InProcessEngineClient(RuntimeSettings())
+    return EngineClient(get_settings())
 
 
 @lru_cache
 def worker_index() -> FactIndex:
     return FactIndex(EMBEDDING_DIM)
-
-
-def enqueue(task: str, kwargs: dict[str, Any]) -> None:
-    from worker.celery_app import celery_app, queue_for
-
-    celery_app.send_task(task, kwargs=kwargs, queue=queue_for(task))
 
 
 def tenant_context(
@@ -41,5 +35,5 @@ def tenant_context(
         index=worker_index(),
         embedder=get_embedder(),
         engine=engine or engine_client(),
-        enqueue=enqueue,
+        enqueue=send_to_broker,
     )

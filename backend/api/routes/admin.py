@@ -24,14 +24,16 @@ from backend.api.schemas.admin import (
     TenantCreated,
     TenantOut,
 )
-from backend.api.schemas.common import PageOut
+from backend.api.schemas.common import AUTHED, PageOut, error_responses
+from backend.api.schemas.text import OffsetQuery
 from backend.db.models import ApiKey, Tenant
 from backend.errors import NotFoundError
 from backend.repositories.base import Page
+from backend.repositories.requests import IdempotencyRepository
 from backend.repositories.tenants import ApiKeyRepository, TenantRepository
 from gpu_runtime.types import TenantId
 
-router = APIRouter(prefix="/v1/tenants", tags=["admin"])
+router = APIRouter(prefix="/v1/tenants", tags=["admin"], responses=error_responses(*AUTHED))
 
 
 def _tenant_out(row: Tenant) -> TenantOut:
@@ -55,7 +57,7 @@ def _tenant(session: SessionDep, tenant_id: uuid.UUID) -> Tenant:
     return row
 
 
-@router.post("", status_code=201, response_model=TenantCreated)
+@router.post("", status_code=201, response_model=TenantCreated, responses=error_responses(409))
 def create_tenant(
     body: TenantCreate,
     _: AdminDep,
@@ -76,38 +78,38 @@ def create_tenant(
 def list_tenants(
     _: AdminDep,
     session: SessionDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> PageOut[TenantOut]:
     rows, total = TenantRepository(session).list(Page(offset, limit))
     return PageOut(items=[_tenant_out(r) for r in rows], total=total, offset=offset, limit=limit)
 
 
-@router.get("/{tenant_id}", response_model=TenantOut)
+@router.get("/{tenant_id}", response_model=TenantOut, responses=error_responses(404))
 def get_tenant(tenant_id: uuid.UUID, _: AdminDep, session: SessionDep) -> TenantOut:
     return _tenant_out(_tenant(session, tenant_id))
 
 
-@router.delete("/{tenant_id}", status_code=204)
+@router.delete("/{tenant_id}", status_code=204, responses=error_responses(404))
 def delete_tenant(
     tenant_id: uuid.UUID,
     _: AdminDep,
     session: SessionDep,
-    settings: SettingsDep,
     resources: ResourcesDep,
 ) -> Response:
-    """Revokes every key and purges the tenant's KV (all tiers) and retrieval indexes."""
+    """Deletes the tenant and everything it stored (rows, keys, stored responses), and purges
+    its KV (every tier and file) and retrieval indexes before answering."""
     tenant = _tenant(session, tenant_id)
-    TenantRepository(session).soft_delete(tenant)
-    ApiKeyRepository(session, settings.api_key_pepper).revoke_all(tenant.id)
     typed = TenantId(str(tenant.id))
+    IdempotencyRepository(session, typed.value).forget_all()
+    TenantRepository(session).delete(tenant)
     resources.engine.purge_tenant(typed)
     resources.index.drop_tenant(typed)
     commit(session)
     return Response(status_code=204)
 
 
-@router.get("/{tenant_id}/keys", response_model=list[ApiKeyOut])
+@router.get("/{tenant_id}/keys", response_model=list[ApiKeyOut], responses=error_responses(404))
 def list_keys(
     tenant_id: uuid.UUID, _: AdminDep, session: SessionDep, settings: SettingsDep
 ) -> list[ApiKeyOut]:
@@ -118,7 +120,10 @@ def list_keys(
     ]
 
 
-@router.post("/{tenant_id}/keys", status_code=201, response_model=ApiKeyCreated)
+@router.post(
+    "/{tenant_id}/keys", status_code=201, response_model=ApiKeyCreated,
+    responses=error_responses(404, 409),
+)  # fmt: skip
 def rotate_key(
     tenant_id: uuid.UUID,
     _: AdminDep,
@@ -142,7 +147,9 @@ def rotate_key(
     return run_idempotent(session, "admin", idempotency_key, request, action)
 
 
-@router.delete("/{tenant_id}/keys/{key_id}", response_model=ApiKeyOut)
+@router.delete(
+    "/{tenant_id}/keys/{key_id}", response_model=ApiKeyOut, responses=error_responses(404)
+)
 def revoke_key(
     tenant_id: uuid.UUID, key_id: uuid.UUID, _: AdminDep, session: SessionDep, settings: SettingsDep
 ) -> ApiKeyOut:

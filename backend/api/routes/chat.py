@@ -1,32 +1,57 @@
-"""OpenAI-compatible chat completions (the official SDK works unchanged), with memories."""
+"""OpenAI-compatible chat completions (the official SDK works unchanged), with memories.
+
+Retrieval and composing run in the thread pool (database, embedding, FAISS); the answer streams
+from the runtime on the event loop, so a hundred open streams hold no threads. The first event is
+awaited before the response starts: what fails before any token (the runtime down, a prompt
+beyond the context) is a clean HTTP error; what fails after it ends the SSE stream with an error
+event, which the OpenAI SDK raises.
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from backend.api.deps import TenantContextDep, commit
+from backend.api import openai_compat
+from backend.api.deps import SettingsDep, TenantContextDep, commit
 from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT
+from backend.api.middleware import ARRIVED
 from backend.api.schemas.chat import ChatCompletionRequest
+from backend.api.schemas.common import AUTHED, error_responses
+from backend.core.config import Settings
 from backend.db.session import session_scope
+from backend.engine_client import EngineClient
+from backend.errors import AppError
 from backend.repositories.requests import RequestLogRepository
-from backend.services.chat import ChatRequest, ChatRun, ChatService
-from gpu_runtime.runtime import Mode
+from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode
+from backend.services.context import TenantContext
+from gpu_runtime.client import protocol as p
 from gpu_runtime.types import TenantId
 
-router = APIRouter(prefix="/v1/chat", tags=["chat"])
+router = APIRouter(prefix="/v1/chat", tags=["chat"], responses=error_responses(*AUTHED))
+logger = logging.getLogger(__name__)
 
 
 def _record(tenant: TenantId, run: ChatRun) -> None:
-    """Written after the answer is out, in its own transaction (the request's is closed)."""
+    """Written after the answer is out, in its own transaction (the request's is closed). The
+    request log is observability: failing to write it never fails the answer."""
     CHAT_TTFT.labels(run.request.mode.value).observe((run.ttft_ms or 0) / 1000)
     CHAT_MEMORIES.observe(run.k)
+    try:
+        _write_log(tenant, run)
+    except Exception:
+        logger.exception("request log not written for tenant %s", tenant.value)
+
+
+def _write_log(tenant: TenantId, run: ChatRun) -> None:
     with session_scope() as session:
         RequestLogRepository(session, tenant).record(
             user_external_id=run.request.user or "",
@@ -45,81 +70,135 @@ def _extension(run: ChatRun) -> dict[str, Any]:
         "mode": run.request.mode.value,
         "memories": run.memories,
         "injected_tokens": run.injected_tokens,
+        "cached_tokens": run.cached_tokens,
         "ttft_ms": run.ttft_ms,
+        "engine_ttft_ms": run.engine_ttft_ms,
+        "timings_ms": {name: round(ms, 3) for name, ms in run.timings_ms.items()},
     }
 
 
-@router.post("/completions", response_model=None)
-def chat_completions(body: ChatCompletionRequest, ctx: TenantContextDep) -> Any:
+def _usage(run: ChatRun) -> dict[str, int]:
+    return {
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+        "total_tokens": run.prompt_tokens + run.completion_tokens,
+    }
+
+
+def _retrieve(
+    ctx: TenantContext, request: ChatRequest, arrived: float | None, settings: Settings, asked: str
+) -> tuple[ChatRun, str]:
+    """Retrieval, composing and the transaction's end in one thread: a connection is never held
+    while the request waits for a thread (two hops held one across the wait; at 100
+    concurrent chats the pool ran dry and 5 of 200 got a 503). Also the served model's name
+    for ``asked`` (a 404 if it names another model)."""
+    model = openai_compat.served_model(ctx.engine, settings, asked)
+    run = ChatService(ctx).start(request, arrived)
+    committing = time.perf_counter()
+    commit(ctx.session)
+    run.timings_ms["commit"] = (time.perf_counter() - committing) * 1000
+    return run, model
+
+
+@router.post("/completions", response_model=None, responses=error_responses(400, 404))
+async def chat_completions(
+    body: ChatCompletionRequest, ctx: TenantContextDep, settings: SettingsDep, http: Request
+) -> Any:
+    openai_compat.refuse_unsupported(body)
+    recompute = body.memory.recompute
     request = ChatRequest(
         messages=[(m.role, m.text()) for m in body.messages],
         user=body.user,
-        mode=Mode(body.memory.mode),
+        mode=MemoryMode(body.memory.mode),
         top_k=body.memory.top_k,
-        max_tokens=body.max_completion_tokens or body.max_tokens or 128,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        seed=body.seed,
+        recompute=settings.hybrid_recompute if recompute is None else recompute,
+        max_tokens_given=(body.max_completion_tokens or body.max_tokens) is not None,
+        sampling=openai_compat.sampling(body),
     )
-    run = ChatService(ctx).start(request)
-    commit(ctx.session)  # retrieval is done; the engine needs no open transaction
+    arrived = http.scope.get("state", {}).get(ARRIVED)
+    run, model = await run_in_threadpool(_retrieve, ctx, request, arrived, settings, body.model)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
+    events = run.stream()
+    first = await anext(events)  # errors before the first token are HTTP errors
+    stream = _Stream(completion_id, created, model, body)
     if body.stream:
         return StreamingResponse(
-            _sse(run, ctx.tenant, completion_id, created, body.model),
-            media_type="text/event-stream",
+            _sse(run, first, events, ctx.tenant, stream), media_type="text/event-stream"
         )
-    text = "".join(event.text for event in run.stream())
-    _record(ctx.tenant, run)
+    received = [first, *[event async for event in events]]
+    text = "".join(event.text for event in received)
+    await run_in_threadpool(_record, ctx.tenant, run)
     return JSONResponse(
         {
             "id": completion_id,
             "object": "chat.completion",
             "created": created,
-            "model": body.model,
+            "model": model,
             "choices": [
                 {
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
                     "finish_reason": run.finish_reason or "stop",
-                    "logprobs": None,
+                    "logprobs": stream.logprobs(ctx.engine, received),
                 }
             ],
-            "usage": {
-                "prompt_tokens": run.prompt_tokens,
-                "completion_tokens": run.completion_tokens,
-                "total_tokens": run.prompt_tokens + run.completion_tokens,
-            },
+            "usage": _usage(run),
             "inferscale": _extension(run),
         }
     )
 
 
-def _sse(
-    run: ChatRun, tenant: TenantId, completion_id: str, created: int, model: str
-) -> Iterator[str]:
-    def chunk(delta: dict[str, Any], finish: str | None, **extra: Any) -> str:
-        body = {
-            "id": completion_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
-            **extra,
-        }
+class _Stream:
+    """What every chunk of one completion repeats, and its OpenAI options."""
+
+    def __init__(self, cid: str, created: int, model: str, body: ChatCompletionRequest) -> None:
+        self.id, self.created, self.model = cid, created, model
+        self.want_logprobs, self.top = body.logprobs, body.top_logprobs or 0
+        self.usage_chunk = body.stream_options is not None and body.stream_options.include_usage
+
+    def logprobs(self, engine: EngineClient, events: list[p.GenerateEvent]) -> Any:
+        if not self.want_logprobs:
+            return None
+        ids = [t for e in events for t in e.token_ids]
+        steps = [step for e in events for step in (e.logprobs or [])]
+        content = openai_compat.logprobs_content(engine, ids, steps, self.top)
+        return {"content": content, "refusal": None}
+
+    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
+        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model, "choices": choices, **extra}  # fmt: skip
         return f"data: {json.dumps(body)}\n\n"
 
-    yield chunk({"role": "assistant", "content": ""}, None)
-    for event in run.stream():
-        if event.text:
-            yield chunk({"content": event.text}, None)
-        if event.finished:
-            usage = {
-                "prompt_tokens": run.prompt_tokens,
-                "completion_tokens": run.completion_tokens,
-                "total_tokens": run.prompt_tokens + run.completion_tokens,
-            }
-            yield chunk({}, run.finish_reason or "stop", usage=usage, inferscale=_extension(run))
+
+async def _sse(
+    run: ChatRun,
+    first: p.GenerateEvent,
+    rest: AsyncIterator[p.GenerateEvent],
+    tenant: TenantId,
+    stream: _Stream,
+) -> AsyncIterator[str]:
+    def choice(delta: dict[str, Any], finish: str | None, logprobs: Any = None) -> dict[str, Any]:
+        return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
+
+    yield stream.chunk([choice({"role": "assistant", "content": ""}, None)])
+    event: p.GenerateEvent | None = first
+    try:
+        while event is not None:
+            if event.text or (stream.want_logprobs and event.token_ids):
+                logprobs = stream.logprobs(run.engine, [event])
+                yield stream.chunk([choice({"content": event.text}, None, logprobs)])
+            if event.event == "done":
+                extra: dict[str, Any] = {"inferscale": _extension(run)}
+                if not stream.usage_chunk:
+                    extra["usage"] = _usage(run)
+                yield stream.chunk([choice({}, run.finish_reason or "stop")], **extra)
+                if stream.usage_chunk:  # OpenAI's stream_options.include_usage: a last chunk
+                    yield stream.chunk([], usage=_usage(run))
+            event = await anext(rest, None)
+    except AppError as exc:  # the OpenAI SDK raises on a data line that carries "error"
+        error = {"message": exc.message, "type": exc.code, "code": exc.code}
+        yield f"data: {json.dumps({'error': error})}\n\n"
+        return
     yield "data: [DONE]\n\n"
-    _record(tenant, run)
+    await run_in_threadpool(_record, tenant, run)

@@ -7,16 +7,20 @@ import uuid
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
-from backend.api.deps import IdempotencyKeyDep, TenantContextDep
+from backend.api.deps import IdempotencyKeyDep, TenantContextDep, commit
 from backend.api.idempotency import run_idempotent
+from backend.api.schemas.common import AUTHED, error_responses
 from backend.api.schemas.conversations import ConversationImport, ConversationOut
+from backend.api.schemas.memories import Deleted
 from backend.repositories.conversations import ConversationRepository, TurnIn
 from backend.services.conversations import ConversationService, ParsedConversation, parse_locomo
 
-router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+router = APIRouter(
+    prefix="/v1/conversations", tags=["conversations"], responses=error_responses(*AUTHED)
+)
 
 
-@router.post("", status_code=202, response_model=ConversationOut)
+@router.post("", status_code=202, response_model=ConversationOut, responses=error_responses(409))
 def import_conversation(
     body: ConversationImport, ctx: TenantContextDep, idempotency_key: IdempotencyKeyDep = None
 ) -> JSONResponse:
@@ -39,8 +43,17 @@ def import_conversation(
     )
 
 
-@router.get("/{conversation_id}", response_model=ConversationOut)
+@router.get("/{conversation_id}", response_model=ConversationOut, responses=error_responses(404))
 def get_conversation(conversation_id: uuid.UUID, ctx: TenantContextDep) -> ConversationOut:
     conversation = ConversationService(ctx).get(conversation_id)
     turns = ConversationRepository(ctx.session, ctx.tenant).turn_count(conversation)
     return ConversationOut(id=conversation.id, title=conversation.title, turns=turns)
+
+
+@router.delete("/{conversation_id}", response_model=Deleted, responses=error_responses(404))
+def delete_conversation(conversation_id: uuid.UUID, ctx: TenantContextDep) -> Deleted:
+    """The conversation, its turns and the memories taken from it (their KV purged from every
+    tier before this returns); ``deleted`` counts those memories."""
+    deleted = ConversationService(ctx).delete(conversation_id)
+    commit(ctx.session)
+    return Deleted(deleted=deleted)

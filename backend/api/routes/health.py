@@ -1,4 +1,4 @@
-"""Liveness, readiness (database, broker, engine) and Prometheus metrics."""
+"""Liveness, readiness (database, broker, runtime) and Prometheus metrics."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     return {"status": "ok"}
 
 
-@router.get("/readyz")
+@router.get("/readyz", responses={503: {"description": "A dependency is down; checks says which"}})
 def readyz(resources: ResourcesDep) -> JSONResponse:
     checks: dict[str, str] = {}
     try:
@@ -34,11 +34,11 @@ def readyz(resources: ResourcesDep) -> JSONResponse:
         checks["broker"] = "ok"
     except Exception as exc:
         checks["broker"] = f"down: {type(exc).__name__}"
-    # The engine starts on first use; not started yet is ready (it will start), not down.
-    checks["engine"] = "started" if resources.engine.is_started() else "starts on first use"
-    ready = checks["database"] == "ok" and checks["broker"] == "ok"
+    checks["runtime"] = "ok" if resources.engine.ready() else "down"
+    ready = all(state == "ok" for state in checks.values())
+    served = {"model": resources.engine.model().model} if checks["runtime"] == "ok" else {}
     return JSONResponse(
-        {"status": "ready" if ready else "not ready", "checks": checks},
+        {"status": "ready" if ready else "not ready", "checks": checks, **served},
         status_code=200 if ready else 503,
     )
 

@@ -8,19 +8,21 @@ from fastapi import APIRouter
 
 from backend.api.deps import CallerDep, SessionDep
 from backend.api.schemas.admin import JobOut
+from backend.api.schemas.common import AUTHED, error_responses
 from backend.errors import NotFoundError
 from backend.repositories.encodings import JobRepository
 
-router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
+router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(*AUTHED))
 
 
-@router.get("/{job_id}", response_model=JobOut)
+@router.get("/{job_id}", response_model=JobOut, responses=error_responses(404))
 def get_job(job_id: uuid.UUID, caller: CallerDep, session: SessionDep) -> JobOut:
     scope = None if caller.scope == "admin" else caller.tenant_id
     job = JobRepository(session, scope).get(job_id)
     if job is None or (scope is not None and job.tenant_id is None):
         raise NotFoundError(f"job {job_id} not found")
-    result = {k: v for k, v in (job.payload or {}).items() if k in ("fact_ids", "encoded")}
+    shown = ("fact_ids", "encoded", "encode_job_id")
+    result = {k: v for k, v in (job.payload or {}).items() if k in shown}
     return JobOut(
         id=job.id,
         kind=job.kind,

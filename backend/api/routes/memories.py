@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -9,7 +10,7 @@ from fastapi.responses import JSONResponse
 
 from backend.api.deps import IdempotencyKeyDep, TenantContextDep, commit
 from backend.api.idempotency import run_idempotent
-from backend.api.schemas.common import PageOut
+from backend.api.schemas.common import AUTHED, PageOut, error_responses
 from backend.api.schemas.memories import (
     Deleted,
     EncodingOut,
@@ -21,7 +22,8 @@ from backend.api.schemas.memories import (
     SearchOut,
     SearchRequest,
 )
-from backend.db.models import Fact
+from backend.api.schemas.text import MemoryIdPath, OffsetQuery, UserIdQuery
+from backend.db.models import Fact, FactHistory
 from backend.errors import InvalidRequestError
 from backend.repositories.base import Page
 from backend.repositories.encodings import EncodingRepository
@@ -29,9 +31,8 @@ from backend.repositories.memories import UserRepository
 from backend.services.context import TenantContext
 from backend.services.memories import MemoryService
 
-router = APIRouter(prefix="/v1/memories", tags=["memories"])
-
-UserIdQuery = Annotated[str, Query(min_length=1, max_length=200)]
+router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=error_responses(*AUTHED))
+NOT_FOUND = error_responses(404)
 
 
 def memory_out(
@@ -43,7 +44,7 @@ def memory_out(
         user = UserRepository(ctx.session, ctx.tenant).by_id(fact.user_id)
         user_id = user.external_id if user else ""
     return MemoryOut(
-        id=fact.id,
+        id=fact.public_id,
         user_id=user_id,
         memory=fact.text,
         version=fact.version,
@@ -54,7 +55,18 @@ def memory_out(
     )
 
 
-@router.post("", status_code=201, response_model=MemoryCreated)
+def history_out(memory_id: uuid.UUID, entry: FactHistory) -> HistoryOut:
+    return HistoryOut(
+        memory_id=memory_id,
+        version=entry.version,
+        event=entry.event,
+        old_memory=entry.old_text,
+        new_memory=entry.new_text,
+        created_at=entry.created_at,
+    )
+
+
+@router.post("", status_code=201, response_model=MemoryCreated, responses=error_responses(409))
 def add_memories(
     body: MemoryCreate, ctx: TenantContextDep, idempotency_key: IdempotencyKeyDep = None
 ) -> JSONResponse:
@@ -80,7 +92,7 @@ def add_memories(
 def list_memories(
     user_id: UserIdQuery,
     ctx: TenantContextDep,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: OffsetQuery = 0,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
 ) -> PageOut[MemoryOut]:
     facts, total = MemoryService(ctx).list_for(user_id, Page(offset, limit))
@@ -106,44 +118,33 @@ def search_memories(body: SearchRequest, ctx: TenantContextDep) -> SearchOut:
     return SearchOut(results=[memory_out(ctx, h.fact, h.score, body.user_id) for h in hits])
 
 
-@router.get("/{memory_id}", response_model=MemoryOut)
-def get_memory(memory_id: int, ctx: TenantContextDep) -> MemoryOut:
+@router.get("/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
+def get_memory(memory_id: MemoryIdPath, ctx: TenantContextDep) -> MemoryOut:
     return memory_out(ctx, MemoryService(ctx).get(memory_id))
 
 
-@router.put("/{memory_id}", response_model=MemoryOut)
-def update_memory(memory_id: int, body: MemoryUpdate, ctx: TenantContextDep) -> MemoryOut:
+@router.put("/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
+def update_memory(memory_id: MemoryIdPath, body: MemoryUpdate, ctx: TenantContextDep) -> MemoryOut:
     fact = MemoryService(ctx).update(memory_id, body.text, body.metadata)
     commit(ctx.session)
     ctx.session.refresh(fact)
     return memory_out(ctx, fact)
 
 
-@router.delete("/{memory_id}", response_model=Deleted)
-def delete_memory(memory_id: int, ctx: TenantContextDep) -> Deleted:
+@router.delete("/{memory_id}", response_model=Deleted, responses=NOT_FOUND)
+def delete_memory(memory_id: MemoryIdPath, ctx: TenantContextDep) -> Deleted:
     MemoryService(ctx).delete(memory_id)
     commit(ctx.session)
     return Deleted(deleted=1)
 
 
-@router.get("/{memory_id}/history", response_model=list[HistoryOut])
-def memory_history(memory_id: int, ctx: TenantContextDep) -> list[HistoryOut]:
-    return [
-        HistoryOut(
-            id=h.id,
-            memory_id=h.fact_id,
-            version=h.version,
-            event=h.event,
-            old_memory=h.old_text,
-            new_memory=h.new_text,
-            created_at=h.created_at,
-        )
-        for h in MemoryService(ctx).history(memory_id)
-    ]
+@router.get("/{memory_id}/history", response_model=list[HistoryOut], responses=NOT_FOUND)
+def memory_history(memory_id: MemoryIdPath, ctx: TenantContextDep) -> list[HistoryOut]:
+    return [history_out(memory_id, h) for h in MemoryService(ctx).history(memory_id)]
 
 
-@router.get("/{memory_id}/encodings", response_model=list[EncodingOut])
-def memory_encodings(memory_id: int, ctx: TenantContextDep) -> list[EncodingOut]:
+@router.get("/{memory_id}/encodings", response_model=list[EncodingOut], responses=NOT_FOUND)
+def memory_encodings(memory_id: MemoryIdPath, ctx: TenantContextDep) -> list[EncodingOut]:
     fact = MemoryService(ctx).get(memory_id)
     return [
         EncodingOut(

@@ -7,15 +7,30 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
-from backend.api.deps import AdminDep, SessionDep
+from backend.api.deps import AdminDep, ResourcesDep, SessionDep
+from backend.api.schemas.common import AUTHED, error_responses
+from backend.errors import AppError
 from backend.repositories.overview import OverviewRepository
+from gpu_runtime.types import EncodingConfig, TenantId
 
-router = APIRouter(prefix="/v1/admin", tags=["admin"])
+router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=error_responses(*AUTHED))
 
 
 @router.get("/overview")
-def overview(_: AdminDep, session: SessionDep) -> dict[str, Any]:
-    return {"tenants": OverviewRepository(session).tenants()}
+def overview(_: AdminDep, session: SessionDep, resources: ResourcesDep) -> dict[str, Any]:
+    """Encodings count under the runtime's current config; while it is down, under any."""
+    try:
+        config: EncodingConfig | None = resources.engine.encoding_config()
+    except AppError:
+        config = None
+    tenants = OverviewRepository(session).tenants(config)
+    for row in tenants:  # the runtime replica that serves it now
+        row["replica"] = resources.engine.replica_of(TenantId(row["tenant_id"]))
+    return {
+        "tenants": tenants,
+        "config": None if config is None else {
+            "model": config.model, "window": config.window, "version": config.version},
+    }  # fmt: skip
 
 
 @router.get("/requests")

@@ -8,9 +8,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
+from backend.api.schemas.text import Text
+
 
 class TenantCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")
+    name: Text = Field(min_length=1, max_length=200, pattern=r"^[\w .@-]+$")
 
 
 class TenantOut(BaseModel):

@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from backend.api.schemas.text import JsonDoc, Text
+
+# Far beyond any context; the prompt's token count against the context is the real limit.
+MESSAGE_MAX_CHARS = 200_000
 
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict[str, Any]]
+    content: (
+        Annotated[Text, Field(max_length=MESSAGE_MAX_CHARS)]
+        | Annotated[list[JsonDoc], Field(max_length=100)]  # content parts
+    )
 
     def text(self) -> str:
         if isinstance(self.content, str):
@@ -21,20 +29,90 @@ class ChatMessage(BaseModel):
 
 class MemoryOptions(BaseModel):
     top_k: int = Field(5, ge=0, le=200)
-    mode: Literal["kv", "prompt", "none"] = "kv"
+    mode: Literal["kv", "hybrid", "prompt", "none"] = Field(
+        "hybrid",
+        description="hybrid (the default): the least relevant retrieved facts' stored KV is "
+        "injected and the `recompute` most relevant are prefilled as text after them; kv: every "
+        "fact injected (the fastest); prompt: all pasted into the prompt; none: no memories "
+        "(docs/accuracy.md)",
+    )
+    recompute: int | None = Field(
+        None,
+        ge=0,
+        le=200,
+        description="hybrid mode: how many of the most relevant facts are prefilled "
+        "(default: the server's INFERSCALE_HYBRID_RECOMPUTE)",
+    )
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: Text = Field(min_length=1, max_length=64)
+    description: Text | None = Field(default=None, max_length=2000)
+    schema_: JsonDoc = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(BaseModel):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema_given(self) -> ResponseFormat:
+        if self.type == "json_schema" and self.json_schema is None:
+            raise ValueError("type 'json_schema' needs a 'json_schema' object")
+        return self
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: bool = False
+
+
+StopText = Annotated[Text, Field(min_length=1, max_length=200)]
 
 
 class ChatCompletionRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")  # unknown OpenAI fields are accepted and ignored
+    """OpenAI's fields are honoured or refused with a 400 that says so (``tools`` other than
+    with ``tool_choice: "none"``, ``n`` > 1); fields OpenAI added that we do not know of are
+    accepted and ignored."""
 
-    model: str = "inferscale"
+    model_config = ConfigDict(extra="ignore")
+
+    model: Text = Field("inferscale", max_length=200)
     messages: list[ChatMessage] = Field(min_length=1, max_length=500)
-    user: str | None = Field(default=None, max_length=200)
+    user: Text | None = Field(default=None, max_length=200)
     max_tokens: int | None = Field(default=None, ge=1, le=4096)
     max_completion_tokens: int | None = Field(default=None, ge=1, le=4096)
     temperature: float = Field(0.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     seed: int | None = None
     stream: bool = False
-    n: int = Field(1, ge=1, le=1)
+    n: int = Field(1, ge=1, le=128)  # above 1 refused with a 400 (one choice per request)
+    stop: StopText | Annotated[list[StopText], Field(max_length=4)] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=20)
+    response_format: ResponseFormat | None = None
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    stream_options: StreamOptions | None = None
+    tools: Annotated[list[JsonDoc], Field(max_length=128)] | None = None
+    tool_choice: Annotated[Text, Field(max_length=64)] | JsonDoc | None = None
+    functions: Annotated[list[JsonDoc], Field(max_length=128)] | None = None  # OpenAI's legacy
+
+    def stop_list(self) -> list[str]:
+        return [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+
+    def structured(self) -> dict[str, Any] | None:
+        """The runtime's ``sampling.structured`` for ``response_format``, if any."""
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return {"json_object": True}
+        assert fmt.json_schema is not None
+        return {"json_schema": fmt.json_schema.schema_}
+
     memory: MemoryOptions = Field(default_factory=MemoryOptions)

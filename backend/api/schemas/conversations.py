@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
 
 from pydantic import BaseModel, Field, model_validator
 
+from backend.api.schemas.text import JsonDoc, Text
+
 
 class TurnIn(BaseModel):
-    speaker: str = Field(min_length=1, max_length=200)
-    text: str = Field(min_length=1, max_length=20_000)
-    session: str = Field("", max_length=64)
-    timestamp: str = Field("", max_length=64)
+    speaker: Text = Field(min_length=1, max_length=200)
+    text: Text = Field(min_length=1, max_length=20_000)
+    session: Text = Field("", max_length=64)
+    timestamp: Text = Field("", max_length=64)
 
 
 class ConversationImport(BaseModel):
-    user_id: str = Field(min_length=1, max_length=200)
-    title: str = Field("", max_length=300)
+    user_id: Text = Field(min_length=1, max_length=200)
+    title: Text = Field("", max_length=300)
     turns: list[TurnIn] | None = Field(default=None, max_length=20_000)
-    locomo: dict[str, Any] | None = None
+    locomo: JsonDoc | None = None
 
     @model_validator(mode="after")
     def _one_source(self) -> ConversationImport:

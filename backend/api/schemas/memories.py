@@ -8,19 +8,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
+from backend.api.schemas.text import Metadata, Text
+
 USER_ID = Field(min_length=1, max_length=200)
 
 
 class Message(BaseModel):
     role: Literal["user", "assistant", "system"]
-    content: str = Field(min_length=1, max_length=20_000)
+    content: Text = Field(min_length=1, max_length=20_000)
 
 
 class MemoryCreate(BaseModel):
-    user_id: str = USER_ID
+    user_id: Text = USER_ID
     messages: list[Message] | None = Field(default=None, max_length=200)
-    text: str | None = Field(default=None, min_length=1, max_length=20_000)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    text: Text | None = Field(default=None, min_length=1, max_length=20_000)
+    metadata: Metadata = Field(default_factory=dict)
 
     @model_validator(mode="after")
     def _one_source(self) -> MemoryCreate:
@@ -36,12 +38,12 @@ class MemoryCreate(BaseModel):
 
 
 class MemoryUpdate(BaseModel):
-    text: str = Field(min_length=1, max_length=20_000)
-    metadata: dict[str, Any] | None = None
+    text: Text = Field(min_length=1, max_length=20_000)
+    metadata: Metadata | None = None
 
 
 class MemoryOut(BaseModel):
-    id: int
+    id: uuid.UUID
     user_id: str
     memory: str
     version: int
@@ -52,8 +54,7 @@ class MemoryOut(BaseModel):
 
 
 class HistoryOut(BaseModel):
-    id: int
-    memory_id: int
+    memory_id: uuid.UUID
     version: int
     event: str
     old_memory: str | None
@@ -71,8 +72,8 @@ class EncodingOut(BaseModel):
 
 
 class SearchRequest(BaseModel):
-    user_id: str = USER_ID
-    query: str = Field(min_length=1, max_length=5_000)
+    user_id: Text = USER_ID
+    query: Text = Field(min_length=1, max_length=5_000)
     top_k: int = Field(5, ge=1, le=200)
 
 

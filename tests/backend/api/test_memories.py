@@ -10,10 +10,9 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.types import EncodingConfig, FactKey, TenantId
-from tests.support import TenantHandle, kv_store
+from gpu_runtime.types import FactKey, TenantId
+from tests.support import TenantHandle, encoding_config, kv_disk
 
 pytestmark = pytest.mark.db
 
@@ -31,7 +30,8 @@ def _add(api: TestClient, tenant: TenantHandle, user: str, text: str) -> dict[st
         "/v1/memories", json={"user_id": user, "text": text}, headers=tenant.headers
     )
     assert response.status_code == 201, response.text
-    return response.json()["results"][0]
+    result: dict[str, object] = response.json()["results"][0]
+    return result
 
 
 def test_crud_and_history(api: TestClient, make_tenant: Callable[[], TenantHandle]) -> None:
@@ -53,6 +53,7 @@ def test_crud_and_history(api: TestClient, make_tenant: Callable[[], TenantHandl
     assert len(body["results"]) == 2 and body["job_id"]
     memory = body["results"][0]
     assert memory["memory"] == "I adopted a cat named Miso." and memory["version"] == 1
+    assert uuid.UUID(memory["id"]).version == 4  # random: says nothing of other memories
 
     got = api.get(f"/v1/memories/{memory['id']}", headers=tenant.headers).json()
     assert got["metadata"] == {"source": "chat"} and got["user_id"] == user
@@ -63,15 +64,19 @@ def test_crud_and_history(api: TestClient, make_tenant: Callable[[], TenantHandl
         f"/v1/memories/{memory['id']}", json={"text": "I adopted two cats."}, headers=tenant.headers
     ).json()
     assert updated["version"] == 2 and updated["memory"] == "I adopted two cats."
+    history = api.get(f"/v1/memories/{memory['id']}/history", headers=tenant.headers).json()
+    assert [h["event"] for h in history] == ["ADD", "UPDATE"]
+    assert history[1]["old_memory"] == "I adopted a cat named Miso."
+    assert history[1]["new_memory"] == "I adopted two cats."
+
     assert api.delete(f"/v1/memories/{memory['id']}", headers=tenant.headers).json() == {
         "deleted": 1
     }
     assert api.get(f"/v1/memories/{memory['id']}", headers=tenant.headers).status_code == 404
-
     history = api.get(f"/v1/memories/{memory['id']}/history", headers=tenant.headers).json()
     assert [h["event"] for h in history] == ["ADD", "UPDATE", "DELETE"]
-    assert history[1]["old_memory"] == "I adopted a cat named Miso."
-    assert history[1]["new_memory"] == "I adopted two cats."
+    # A deleted memory's history keeps its events, not its texts (tests/system/test_deletion.py).
+    assert all(h["old_memory"] is None and h["new_memory"] is None for h in history)
 
     assert api.delete("/v1/memories", params={"user_id": user}, headers=tenant.headers).json() == {
         "deleted": 1
@@ -126,16 +131,12 @@ def test_deleted_fact_vanishes_from_search_and_kv_store(
     for text in DISTRACTORS[:3]:
         _add(api, tenant, user, text)
     doomed = _add(api, tenant, user, "The user's locker code is 4417.")
-    # Its KV, as an encoding job leaves it: in the shared store, on disk.
-    settings = RuntimeSettings()
-    store = kv_store()
+    # Its KV, as an encoding job leaves it in the runtime's durable store.
+    disk = kv_disk()
     typed = TenantId(tenant.id)
-    config = EncodingConfig(settings.model_name, settings.window_turns, settings.encoding_version)
-    key = FactKey.for_fact(typed, str(doomed["id"]), 1, config)
-    store.put(
-        typed, key, FactKV.build(torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4), torch.arange(3))
-    )
-    assert store.contains_all(typed, [key]) and store.disk is not None and store.disk.exists(key)
+    key = FactKey.for_fact(typed, str(doomed["id"]), 1, encoding_config())
+    disk.put(key, FactKV.build(torch.ones(2, 3, 1, 4), torch.ones(2, 3, 1, 4), torch.arange(3)))
+    assert disk.exists(key)
 
     query = {"user_id": user, "query": "What is my locker code?", "top_k": 5}
     before = api.post("/v1/memories/search", json=query, headers=tenant.headers).json()["results"]
@@ -143,7 +144,7 @@ def test_deleted_fact_vanishes_from_search_and_kv_store(
     assert api.delete(f"/v1/memories/{doomed['id']}", headers=tenant.headers).status_code == 200
     after = api.post("/v1/memories/search", json=query, headers=tenant.headers).json()["results"]
     assert doomed["id"] not in {r["id"] for r in after}
-    assert not store.contains_all(typed, [key]) and not store.disk.exists(key)
+    assert not disk.exists(key)  # the runtime purged it before the delete returned
 
 
 def test_idempotency_key_prevents_duplicate_memories(

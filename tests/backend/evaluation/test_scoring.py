@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 
@@ -127,7 +128,9 @@ def test_first_token_kl() -> None:
     assert first_token_kl({}, q) is None
 
 
-def _row(label: str, mode: str, w: int | None, qa: int, cat: int, f1: float, raw: str) -> dict:
+def _row(
+    label: str, mode: str, w: int | None, qa: int, cat: int, f1: float, raw: str
+) -> dict[str, Any]:
     return {
         "label": label, "mode": mode, "k": 5, "w": w, "sample": "c", "qa_index": qa,
         "category": cat, "f1": f1, "raw": raw, "first_token": 1 if raw else 2,

@@ -90,3 +90,23 @@ def test_get_embedder_is_shared_and_model_dir_is_explicit(embedder: Embedder) ->
     assert (bundled_model_dir() / "model.safetensors").is_file()
     with pytest.raises(FileNotFoundError, match=r"modules\.json"):
         Embedder(bundled_model_dir() / "1_Pooling")
+
+
+def test_numpy_model_matches_sentence_transformers(embedder: Embedder) -> None:
+    """The torch-free forward pass gives sentence-transformers' vectors (float32 rounding)."""
+    from sentence_transformers import SentenceTransformer
+
+    texts = [
+        "The user lives in Lisbon.",
+        "What is my dog's name?",
+        "Melanie painted a lake sunrise last year; she loved it, and so did her kids.",
+        "x",
+        "Ünïcödé text ✓ 東京",
+        "word " * 300,  # beyond the 256-token window: truncated the same way
+    ]
+    reference = SentenceTransformer(str(bundled_model_dir()), device="cpu").encode(
+        texts, normalize_embeddings=True
+    )
+    ours = embedder.embed(texts)
+    assert np.abs(ours - reference).max() < 1e-5
+    assert float((ours * reference).sum(axis=1).min()) > 0.99999

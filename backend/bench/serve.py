@@ -1,0 +1,212 @@
+"""``inferscale bench serve``: TTFT as a tenant's app sees it, through the API.
+
+N concurrent streaming clients of the official OpenAI SDK (its aiohttp transport) ask LoCoMo
+questions of one user whose conversation was imported and encoded through the platform (real
+Postgres, MiniLM + FAISS retrieval, the runtime). Per cell (users, k, mode):
+
+* the client's TTFT (request sent -> first content token), the runtime's own TTFT, requests/s,
+  failures;
+* where the client's TTFT went, from the API's per-request timings: ``auth_db`` (arrival,
+  authentication, tenant lookup), ``embed``, ``search`` (FAISS and the fact rows), ``compose``,
+  ``commit``, ``api_runtime_hops`` (API -> runtime -> API around the runtime's TTFT), the
+  runtime's ``engine_ttft``, and ``client_api_hops`` (the rest: client <-> API, SSE);
+* ``/healthz`` latency, probed every 20 ms while the cell runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", "engine_ttft",
+         "client_api_hops")  # fmt: skip
+
+
+@dataclass
+class Sample:
+    client_ttft_ms: float
+    parts: dict[str, float]
+
+
+@dataclass
+class Cell:
+    users: int
+    k: int
+    mode: str
+    samples: list[Sample] = field(default_factory=list)
+    failures: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # failure kind -> count
+    seconds: float = 0.0
+    health_ms: list[float] = field(default_factory=list)
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"median": 0.0, "p95": 0.0, "max": 0.0, "n": 0}
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return {"median": statistics.median(ordered), "p95": p95, "max": ordered[-1], "n": len(ordered)}
+
+
+def _parts(extension: dict[str, Any], client_ttft: float) -> dict[str, float]:
+    t = extension.get("timings_ms") or {}
+    parts = {name: float(t.get(name, 0.0)) for name in ("auth_db", "embed", "search", "compose",
+                                                         "commit", "engine_ttft")}  # fmt: skip
+    parts["api_runtime_hops"] = float(t.get("runtime_first_token", 0.0)) - parts["engine_ttft"]
+    server = sum(parts[n] for n in ("auth_db", "embed", "search", "compose", "commit"))
+    parts["client_api_hops"] = client_ttft - server - float(t.get("runtime_first_token", 0.0))
+    return parts
+
+
+class ServeBench:
+    def __init__(self, api: str, admin_key: str, max_tokens: int = 16) -> None:
+        self.api = api.rstrip("/")
+        self.admin = {"Authorization": f"Bearer {admin_key}"}
+        self.max_tokens = max_tokens
+        self.keys: list[str] = []  # user u chats as tenant u % len(keys)
+        self.questions: list[str] = []
+
+    # ---- set-up (synchronous: once) ---------------------------------------------------------
+    def prepare(self, conversation: Path, log: Any = print, tenants: int = 1) -> None:
+        """``tenants`` tenants (runtime replicas serve tenants, not users: spread the users over
+        several to spread them over replicas), each with the conversation imported for its user
+        and every fact encoded."""
+        for _ in range(tenants):
+            self._prepare_tenant(conversation, log)
+
+    def _prepare_tenant(self, conversation: Path, log: Any) -> None:
+        http = httpx.Client(base_url=self.api, timeout=600)
+        created = http.post("/v1/tenants", json={"name": f"bench-{uuid.uuid4().hex[:6]}"},
+                            headers=self.admin)  # fmt: skip
+        created.raise_for_status()
+        self.keys.append(created.json()["api_key"])
+        auth = {"Authorization": f"Bearer {self.keys[-1]}"}
+        sample = json.loads(conversation.read_text())
+        self.questions = [str(q["question"]) for q in sample["qa"]]
+        imported = http.post("/v1/conversations", headers=auth,
+                             json={"user_id": "bench-user", "locomo": sample})  # fmt: skip
+        imported.raise_for_status()
+        ingest = self._wait(http, imported.json()["job_id"], auth)
+        encode_job = ingest["result"].get("encode_job_id")
+        if encode_job:
+            self._wait(http, encode_job, auth)
+        log(f"prepared: {len(ingest['result'].get('fact_ids', []))} facts encoded")
+
+    @staticmethod
+    def _wait(http: httpx.Client, job_id: str, auth: dict[str, str]) -> Any:
+        deadline = time.monotonic() + 3600
+        while time.monotonic() < deadline:
+            job = http.get(f"/v1/jobs/{job_id}", headers=auth).json()
+            if job["status"] == "succeeded":
+                return job
+            if job["status"] == "failed":
+                raise RuntimeError(f"job {job_id} failed: {job['error']}")
+            time.sleep(1)
+        raise TimeoutError(f"job {job_id} did not finish")
+
+    # ---- measuring --------------------------------------------------------------------------
+    async def run(
+        self, users: list[int], ks: list[int], modes: list[str], per_user: int
+    ) -> list[Cell]:
+        import openai
+
+        sdks = [openai.AsyncOpenAI(
+            api_key=key, base_url=f"{self.api}/v1", max_retries=0,
+            http_client=openai.DefaultAioHttpClient(timeout=600),
+        ) for key in self.keys]  # fmt: skip
+        try:
+            async with httpx.AsyncClient(base_url=self.api, timeout=30) as probe:
+                for sdk in sdks:  # warm-up: the preamble's KV, tokenizer, indexes
+                    for mode in modes:
+                        await self._chat(sdk, mode, 10, 0)
+                cells = []
+                for n in users:
+                    for k in ks:
+                        for mode in modes:
+                            cells.append(await self._cell(sdks, probe, n, k, mode, per_user))
+                return cells
+        finally:
+            for sdk in sdks:
+                await sdk.close()
+
+    async def _chat(self, sdk: Any, mode: str, k: int, index: int) -> Sample:
+        question = self.questions[index % len(self.questions)]
+        sent = time.perf_counter()
+        first: float | None = None
+        extension: dict[str, Any] = {}
+        stream = await sdk.chat.completions.create(
+            model="inferscale", user="bench-user", stream=True, temperature=0,
+            max_tokens=self.max_tokens, messages=[{"role": "user", "content": question}],
+            extra_body={"memory": {"mode": mode, "top_k": k}},
+        )  # fmt: skip
+        async for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter()
+            extra = chunk.model_extra or {}
+            if "inferscale" in extra:
+                extension = extra["inferscale"]
+        first = first or time.perf_counter()
+        ttft = (first - sent) * 1000
+        return Sample(ttft, _parts(extension, ttft))
+
+    async def _cell(
+        self, sdks: list[Any], probe: httpx.AsyncClient, n: int, k: int, mode: str, per_user: int
+    ) -> Cell:
+        cell = Cell(n, k, mode)
+        running = True
+
+        async def health() -> None:
+            while running:
+                started = time.perf_counter()
+                response = await probe.get("/healthz")
+                if response.status_code == 200:
+                    cell.health_ms.append((time.perf_counter() - started) * 1000)
+                await asyncio.sleep(0.02)
+
+        async def user(u: int) -> None:
+            for r in range(per_user):
+                try:
+                    sdk = sdks[u % len(sdks)]
+                    cell.samples.append(await self._chat(sdk, mode, k, u * per_user + r))
+                except Exception as exc:
+                    cell.failures += 1
+                    kind = f"{type(exc).__name__}: {str(exc)[:120]}"
+                    cell.errors[kind] = cell.errors.get(kind, 0) + 1
+
+        prober = asyncio.ensure_future(health())
+        started = time.perf_counter()
+        await asyncio.gather(*(user(u) for u in range(n)))
+        cell.seconds = time.perf_counter() - started
+        running = False
+        await prober
+        ttft = _summary([s.client_ttft_ms for s in cell.samples])
+        print(
+            f"serve users={n:<3} k={k:<3} {mode:<6} client TTFT p50 {ttft['median']:.1f} ms, "
+            f"{len(cell.samples) / cell.seconds:.2f} req/s, {cell.failures} failed",
+            flush=True,
+        )
+        return cell
+
+
+def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
+    rows = []
+    for c in cells:
+        done = len(c.samples)
+        rows.append({
+            "users": c.users, "k": c.k, "mode": c.mode, "requests": done + c.failures,
+            "failures": c.failures, "errors": c.errors,
+            "requests_per_s": done / c.seconds if c.seconds else 0.0,
+            "client_ttft_ms": _summary([s.client_ttft_ms for s in c.samples]),
+            "parts_median_ms": {p: statistics.median([s.parts[p] for s in c.samples])
+                                for p in PARTS} if c.samples else {},
+            "healthz_ms": _summary(c.health_ms),
+        })  # fmt: skip
+    return rows

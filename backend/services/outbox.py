@@ -1,0 +1,97 @@
+"""The jobs outbox: a job's task reaches the broker even if the broker was down at commit.
+
+A job row is written in the same transaction as the rows it works on, with the task to send
+(``payload["dispatch"]``). Once the transaction commits the task is sent and the row marked
+``dispatched_at``; if the broker is down the write still succeeds, and the row stays
+undispatched until ``relay`` (beat, every ``RELAY_EVERY_S``) sends it. A task may so be sent
+twice (sent, then the mark failed): jobs are idempotent.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from backend.db.models import Job
+from backend.db.session import after_commit, session_scope
+
+logger = logging.getLogger(__name__)
+
+DISPATCH = "dispatch"  # payload key: {"task": name, "kwargs": {...}}
+RELAY_EVERY_S = 15.0
+RELAY_AFTER_S = 10.0  # younger undispatched jobs may still be on their way from the API
+RELAY_BATCH = 200
+
+Send = Callable[[str, dict[str, Any]], None]  # (task name, kwargs) -> sent, or raises
+
+
+def send_to_broker(task: str, kwargs: dict[str, Any]) -> None:
+    """Celery's ``send_task`` to the task's queue (imported late: the API loads Celery lazily)."""
+    from worker.celery_app import celery_app, queue_for
+
+    celery_app.send_task(task, kwargs=kwargs, queue=queue_for(task), retry=False)
+
+
+def schedule(session: Session, job: Job, task: str, kwargs: dict[str, Any], send: Send) -> None:
+    """Record ``task(**kwargs)`` on the job (this transaction) and send it once it commits."""
+    job.payload = {**(job.payload or {}), DISPATCH: {"task": task, "kwargs": kwargs}}
+    job_id = job.id
+
+    def send_once_committed() -> None:
+        deliver(job_id, task, kwargs, send)
+
+    after_commit(session, send_once_committed)
+
+
+def deliver(job_id: uuid.UUID, task: str, kwargs: dict[str, Any], send: Send) -> bool:
+    """Send now; on success mark the job dispatched. A broker that is down leaves it for
+    ``relay`` (never an error for the caller: what it wrote is committed)."""
+    try:
+        send(task, kwargs)
+    except Exception as exc:
+        logger.warning("broker unavailable (%s): job %s stays in the outbox", exc, job_id)
+        return False
+    try:
+        with session_scope() as session:
+            job = session.get(Job, job_id)
+            if job is not None and job.dispatched_at is None:
+                job.dispatched_at = datetime.now(UTC)
+    except Exception:  # the relay would send it again: harmless, jobs are idempotent
+        logger.exception("job %s sent but not marked dispatched", job_id)
+    return True
+
+
+def relay(send: Send, older_than_s: float = RELAY_AFTER_S) -> int:
+    """Send every job still undispatched after ``older_than_s``; returns how many were sent.
+    Stops at the first send that fails (the broker is still down)."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
+    sent = 0
+    with session_scope() as session:
+        pending = session.scalars(
+            select(Job)
+            .where(Job.dispatched_at.is_(None), Job.created_at < cutoff)
+            .order_by(Job.created_at)
+            .limit(RELAY_BATCH)
+            .with_for_update(skip_locked=True)  # two relays never send one job twice
+        ).all()
+        for job in pending:
+            dispatch = (job.payload or {}).get(DISPATCH)
+            if not dispatch:  # nothing to send (a job run inline): close it in the outbox
+                job.dispatched_at = datetime.now(UTC)
+                continue
+            try:
+                send(dispatch["task"], dispatch["kwargs"])
+            except Exception as exc:
+                logger.warning("relay: broker still unavailable (%s)", exc)
+                break
+            job.dispatched_at = datetime.now(UTC)
+            sent += 1
+    if sent:
+        logger.info("relay: sent %d job(s) from the outbox", sent)
+    return sent

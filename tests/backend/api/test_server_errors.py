@@ -1,0 +1,84 @@
+"""A bug's 500 keeps the connection usable, and a database that is down is a 503 with a clear
+message (the app served by uvicorn on a real socket; a real Postgres URL nothing listens on)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from backend.main import create_app
+from gpu_runtime.client.launch import free_port
+from tests.databases import REPO
+from tests.processes import api_args, served_in_thread, spawn, wait_healthy
+from tests.support import ADMIN
+
+pytestmark = pytest.mark.db
+
+
+@pytest.fixture
+def buggy_app_port(migrated_database: str) -> Iterator[int]:
+    app = create_app()
+
+    @app.get("/bug")
+    def bug() -> None:
+        raise RuntimeError("a bug, not bad input")
+
+    with served_in_thread(app) as base:
+        yield int(base.rsplit(":", 1)[1])
+
+
+def _read_response(conn: socket.socket) -> bytes:
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += conn.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length"))  # fmt: skip
+    while len(body) < length:
+        body += conn.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
+def test_a_500_answers_json_and_the_connection_serves_the_next_request(
+    buggy_app_port: int,
+) -> None:
+    with socket.create_connection(("127.0.0.1", buggy_app_port), timeout=10) as conn:
+        conn.sendall(b"GET /bug HTTP/1.1\r\nHost: t\r\n\r\n")
+        first = _read_response(conn)
+        assert first.startswith(b"HTTP/1.1 500"), first
+        error = json.loads(first.partition(b"\r\n\r\n")[2])["error"]
+        assert error["code"] == "internal_error" and "a bug" not in error["message"]
+        conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n")  # same connection
+        second = _read_response(conn)
+        assert second.startswith(b"HTTP/1.1 200"), second
+
+
+@pytest.fixture
+def app_without_database() -> Iterator[int]:
+    """The API as its own process, its DATABASE_URL a port nothing listens on."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing",
+    }
+    proc = spawn(api_args(port, "critical"), env, REPO / f".pytest-nodb-{port}.log")
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        (REPO / f".pytest-nodb-{port}.log").unlink(missing_ok=True)
+
+
+def test_postgres_down_is_a_503_with_a_clear_message(app_without_database: int) -> None:
+    response = httpx.get(f"http://127.0.0.1:{app_without_database}/v1/tenants", headers=ADMIN,
+                         timeout=30)  # fmt: skip
+    assert response.status_code == 503, response.text
+    error = response.json()["error"]
+    assert error["code"] == "database_unavailable" and "retry" in error["message"]
