@@ -1,67 +1,76 @@
-"""Operator dashboard: ``streamlit run dashboard/streamlit_app.py`` (reads the admin API)."""
+"""Operator dashboard: ``inferscale dashboard`` (Streamlit; reads only the admin API).
+
+Pages: Overview, Cache residency, Latency, Memory browser, Jobs, behind a login with the admin
+key. The monitoring pages refresh themselves (sidebar; the memory browser does not, it is edited
+in); every page reports an unreachable API or a refused key instead of dying."""
 
 from __future__ import annotations
 
-import pandas as pd
+from collections.abc import Callable
+
+import httpx
 import streamlit as st
 
+from dashboard import session
 from dashboard.client import AdminClient
+from dashboard.views import jobs, latency, memories, overview, residency
+
+PAGES: list[tuple[Callable[[AdminClient], None], str, str, bool]] = [  # ..., auto-refresh
+    (overview.render, "Overview", "overview", True),
+    (residency.render, "Cache residency", "residency", True),
+    (latency.render, "Latency", "latency", True),
+    (memories.render, "Memory browser", "memories", False),
+    (jobs.render, "Jobs", "jobs", True),
+]
 
 
-def overview(client: AdminClient) -> None:
-    st.header("Tenants: memories and KV cache residency")
-    rows = client.tenants()
-    if not rows:
-        st.info("No tenants yet: create one with POST /v1/tenants.")
-        return
-    frame = pd.DataFrame(rows)
-    frame["kv_mib"] = frame["kv_bytes"] / 2**20
-    cols = st.columns(4)
-    cols[0].metric("tenants", len(frame))
-    cols[1].metric("facts", int(frame["facts"].sum()))
-    cols[2].metric("encoded", int(frame["encodings_ready"].sum()))
-    cols[3].metric("KV stored (MiB)", f"{frame['kv_mib'].sum():.1f}")
-    st.bar_chart(frame.set_index("name")[["encodings_ready", "encodings_waiting"]])
-    st.bar_chart(frame.set_index("name")[["kv_mib"]])
-    st.dataframe(frame.drop(columns=["kv_bytes"]), hide_index=True)
+def guarded(render: Callable[[AdminClient], None], refresh: bool) -> Callable[[], None]:
+    """The page behind the login (a deep link shows the login first, then the page), refreshed
+    every few seconds if ``refresh``, with API failures shown as messages."""
 
+    def page() -> None:
+        if not session.logged_in():
+            session.login_page()
+            return
+        every = st.session_state.get("refresh_s", 10) if refresh else 0
 
-def latency(client: AdminClient) -> None:
-    st.header("Chat latency")
-    tenants = {t["name"]: t["tenant_id"] for t in client.tenants()}
-    choice = st.selectbox("tenant", ["all", *tenants])
-    rows = client.requests(None if choice == "all" else tenants[choice])
-    if not rows:
-        st.info("No chat requests yet.")
-        return
-    frame = pd.DataFrame(rows)
-    frame["created_at"] = pd.to_datetime(frame["created_at"])
-    by_mode = frame.groupby("mode")["ttft_ms"].describe(percentiles=[0.5, 0.95])
-    st.subheader("TTFT by memory mode (ms)")
-    st.dataframe(by_mode[["count", "50%", "95%", "max"]])
-    st.subheader("TTFT vs number of memories k")
-    st.scatter_chart(frame, x="k", y="ttft_ms", color="mode")
-    st.subheader("TTFT over time")
-    st.line_chart(frame.pivot_table(index="created_at", columns="mode", values="ttft_ms"))
+        @st.fragment(run_every=every or None)
+        def body() -> None:
+            try:
+                render(session.client())
+            except httpx.HTTPStatusError as exc:
+                if exc.response.status_code in (401, 403):
+                    st.error("The API refused the admin key: log out and log in again.")
+                else:
+                    st.error(f"The API answered {exc.response.status_code}: "
+                             f"{exc.response.text[:300]}")  # fmt: skip
+            except httpx.TransportError as exc:
+                st.error(f"The API at {session.client().base_url} is unreachable: {exc}")
+
+        body()
+
+    return page
 
 
 def main() -> None:
     st.set_page_config(page_title="InferScale", layout="wide")
     st.title("InferScale")
-    client = AdminClient()
-    try:
-        ready = client.ready()
-    except Exception as exc:  # an operator page reports, it does not crash
-        st.error(f"API unreachable at {client.base_url}: {exc}")
-        return
-    st.caption(f"API {client.base_url}: {ready.get('status')} {ready.get('checks')}")
-    page = st.navigation(
-        [
-            st.Page(lambda: overview(client), title="Memories & cache", url_path="overview"),
-            st.Page(lambda: latency(client), title="Latency", url_path="latency"),
-        ]
-    )
-    page.run()
+    pages = [st.Page(guarded(render, refresh), title=title, url_path=path)
+             for render, title, path, refresh in PAGES]  # fmt: skip
+
+    def start() -> None:  # "/": the login, then the overview (which has its own URL)
+        if session.logged_in():
+            st.switch_page(pages[0])
+        session.login_page()
+
+    if session.logged_in():
+        with st.sidebar:
+            st.selectbox("auto-refresh", [10, 30, 0], key="refresh_s",
+                         format_func=lambda s: f"every {s} s" if s else "off")  # fmt: skip
+            if st.button("Log out"):
+                session.logout()
+    home = st.Page(start, title="Login", url_path="start", default=True, visibility="hidden")
+    st.navigation([home, *pages], position="sidebar" if session.logged_in() else "hidden").run()
 
 
 if __name__ == "__main__":

@@ -22,6 +22,43 @@ def test_overview_counts_facts_per_tenant(
     client = AdminClient(admin_key=ADMIN_KEY, http=api)
     row = next(t for t in client.tenants() if t["tenant_id"] == tenant.id)
     assert row["users"] == 1 and row["facts"] == 2
-    assert row["encodings_ready"] + row["encodings_waiting"] == 2
+    assert row["encodings_ready"] + row["encodings_waiting"] + row["encodings_failed"] == 2
     assert isinstance(client.requests(tenant.id), list)
     assert api.get("/v1/admin/overview", headers=tenant.headers).status_code == 403
+
+
+def test_overview_counts_encodings_under_the_runtimes_current_config_only(
+    api: Any, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    """KV made under another config (an older w, say) is never served, so it is not 'ready'."""
+    import dataclasses
+
+    import numpy as np
+
+    from backend.db.session import session_scope
+    from backend.repositories.encodings import EncodingRepository
+    from backend.repositories.memories import FactRepository, UserRepository
+    from gpu_runtime.types import TenantId
+    from tests.support import encoding_config
+
+    tenant = make_tenant()
+    typed = TenantId(tenant.id)
+    with session_scope() as session:  # no encoding job: nothing else may encode it meanwhile
+        user = UserRepository(session, typed).get_or_create("cfg")
+        fact_id = (
+            FactRepository(session, typed).add(user, "The user sails.", np.ones(384)).public_id
+        )
+    client = AdminClient(admin_key=ADMIN_KEY, http=api)
+    current = encoding_config()
+    older = dataclasses.replace(current, window=current.window + 1)
+
+    def mark_ready(config: Any) -> dict[str, Any]:
+        with session_scope() as session:
+            [fact] = FactRepository(session, typed).many([fact_id])
+            EncodingRepository(session, typed).ensure_pending(fact, config).status = "ready"
+        return next(t for t in client.tenants() if t["tenant_id"] == tenant.id)
+
+    row = mark_ready(older)
+    assert (row["encodings_ready"], row["encodings_waiting"]) == (0, 1)
+    row = mark_ready(current)
+    assert (row["encodings_ready"], row["encodings_waiting"]) == (1, 0)

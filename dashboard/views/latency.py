@@ -1,0 +1,69 @@
+"""Chat latency from the API's request log: TTFT over time per mode (p50, p95), TTFT against k
+with a trend line, requests/s, injected vs prefilled tokens. Cold-start outliers are marked and
+do not set the scale."""
+
+from __future__ import annotations
+
+import altair as alt
+import pandas as pd
+import streamlit as st
+
+from dashboard.charts import TIME, capped_scale, marked_outliers, outliers, over_time
+from dashboard.client import AdminClient
+
+MS = st.column_config.NumberColumn(format="%.1f ms")
+
+
+def _per_minute(frame: pd.DataFrame) -> pd.DataFrame:
+    grouped = frame.set_index("created_at").groupby("mode").resample("1min")["ttft_ms"]
+    stats = grouped.agg(["median", lambda s: s.quantile(0.95), "count"]).reset_index()
+    stats.columns = ["mode", "time", "p50", "p95", "requests"]
+    return stats.dropna()
+
+
+def render(client: AdminClient) -> None:
+    st.header("Chat latency")
+    tenants = {t["name"]: t["tenant_id"] for t in client.tenants()}
+    choice = st.selectbox("tenant", ["all tenants", *tenants])
+    rows = client.requests(tenants.get(choice))
+    if not rows:
+        st.info("No chat requests yet.")
+        return
+    frame = pd.DataFrame(rows)
+    frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True).dt.tz_localize(None)
+    frame["outlier"] = frame.groupby("mode")["ttft_ms"].transform(outliers).astype(bool)
+    frame["prefilled_tokens"] = frame["prompt_tokens"] - frame["injected_tokens"]
+
+    summary = frame.groupby("mode")["ttft_ms"].describe(percentiles=[0.5, 0.95])
+    summary = summary.rename(columns={"50%": "p50", "95%": "p95"})[["count", "p50", "p95", "max"]]
+    st.subheader("TTFT by memory mode")
+    st.dataframe(summary.reset_index(), hide_index=True,
+                 column_config={"p50": MS, "p95": MS, "max": MS})  # fmt: skip
+    marked = int(frame["outlier"].sum())
+    if marked:
+        st.caption(f"{marked} outlier(s) (e.g. a cold start) marked ▲ at the top edge.")
+
+    scale = capped_scale(frame["ttft_ms"])
+    minutes = _per_minute(frame)
+    p50 = over_time(minutes, "p50", "mode", "TTFT p50 per minute", scale)
+    p95 = over_time(minutes, "p95", "mode", "TTFT p95 per minute", scale)
+    st.altair_chart(p50 + marked_outliers(frame, "ttft_ms", scale), use_container_width=True)
+    st.altair_chart(p95, use_container_width=True)
+
+    st.subheader("TTFT against the number of memories k")
+    points = alt.Chart(frame[~frame["outlier"]]).mark_circle(opacity=0.5).encode(
+        x=alt.X("k:Q"), y=alt.Y("ttft_ms:Q", title="TTFT ms"), color="mode:N")  # fmt: skip
+    trend = points.transform_regression("k", "ttft_ms", groupby=["mode"]).mark_line()
+    st.altair_chart(points + trend, use_container_width=True)
+
+    st.subheader("Requests per second")
+    rate = minutes.assign(per_s=minutes["requests"] / 60.0)
+    st.altair_chart(alt.Chart(rate).mark_bar().encode(
+        x=alt.X("time:T", axis=TIME), y=alt.Y("per_s:Q", title="req/s"), color="mode:N"),
+        use_container_width=True)  # fmt: skip
+
+    st.subheader("Prompt tokens: injected as KV vs prefilled")
+    tokens = frame.groupby("mode")[["injected_tokens", "prefilled_tokens"]].sum().reset_index()
+    st.altair_chart(alt.Chart(tokens.melt("mode", var_name="kind", value_name="tokens"))
+                    .mark_bar().encode(x="mode:N", y="tokens:Q", color="kind:N"),
+                    use_container_width=True)  # fmt: skip
