@@ -1,5 +1,5 @@
 # Two commands a newcomer needs: `make demo` and `make test`. The rest are their building blocks.
-.PHONY: setup services migrate demo test lint api worker beat dashboard bench
+.PHONY: setup services migrate demo test lint runtime api worker beat dashboard bench
 
 setup:
 	bash scripts/setup.sh
@@ -13,23 +13,27 @@ migrate: setup services
 demo: setup services migrate
 	bash scripts/demo.sh
 
-test: setup services
+test: setup
+	INFERSCALE_NEED_BROWSER=1 bash scripts/ensure_services.sh
 	bash scripts/test.sh
 
 lint:
-	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy gpu_runtime backend worker dashboard
+	.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy .
+
+runtime:
+	bash scripts/run.sh runtime
 
 api:
-	.venv/bin/uvicorn backend.main:app --host 127.0.0.1 --port 8000
+	bash scripts/run.sh api
 
 worker:
-	.venv/bin/celery -A worker.celery_app worker --loglevel=info --queues=default,gpu
+	bash scripts/run.sh worker
 
 beat:
-	.venv/bin/celery -A worker.celery_app beat --loglevel=info
+	bash scripts/run.sh beat
 
 bench:
 	bash -c 'source scripts/env.sh && .venv/bin/inferscale bench --out runs/bench'
 
 dashboard:
-	.venv/bin/streamlit run dashboard/streamlit_app.py
+	bash scripts/run.sh dashboard

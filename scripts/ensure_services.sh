@@ -48,3 +48,9 @@ if ! psql -h "$PG_HOST" -U postgres -tAc "select 1 from pg_database where datnam
   psql -h "$PG_HOST" -U postgres -qc "create database inferscale"
   echo "--> created database inferscale"
 fi
+
+# A real browser for the dashboard's browser test (Debian's Chromium, driven by Playwright).
+if [ "${INFERSCALE_NEED_BROWSER:-0}" = 1 ] && ! command -v chromium >/dev/null; then
+  apt_install chromium
+fi
+command -v chromium >/dev/null && echo "--> chromium: $(command -v chromium)" || true

@@ -16,7 +16,10 @@ pick_python() {
 
 # .venv may be a symlink into a cache (CI): create the venv where it points.
 [ -x .venv/bin/python ] || { echo "--> creating .venv"; "$(pick_python)" -m venv "$(readlink -f .venv)"; }
-pip=(.venv/bin/python -m pip)
+# pip through the venv's real path: console scripts (celery, mypy, ...) get that interpreter in
+# their shebang, not a checkout's .venv symlink that disappears with the checkout.
+venv=$(readlink -f .venv)
+pip=("$venv/bin/python" -m pip)
 inputs_hash=$(cat pyproject.toml requirements/*.txt scripts/setup.sh | sha256sum | cut -c1-16)
 stamp=.venv/.inferscale-setup-$inputs_hash
 
@@ -40,10 +43,22 @@ else
 fi
 
 # The venv may be cached and shared between checkouts (CI): point the editable install here.
-if ! .venv/bin/python -c "import backend, pathlib, sys; sys.exit(pathlib.Path(backend.__file__).resolve().parents[1] != pathlib.Path.cwd().resolve())" 2>/dev/null; then
+# Checked from / : run here, `python -c` would find this checkout's packages on the cwd path.
+here=$(pwd)
+if ! (cd / && "$venv/bin/python" -c "import backend, pathlib, sys; sys.exit(pathlib.Path(backend.__file__).resolve().parents[1] != pathlib.Path(sys.argv[1]).resolve())" "$here") 2>/dev/null; then
   echo "--> pointing the editable install at $(pwd)"
   "${pip[@]}" install -q --no-deps --no-build-isolation -e .
 fi
+
+# Repair scripts a checkout's symlink path had written into a shared venv (older set-ups).
+for script in "$venv"/bin/*; do
+  [ -f "$script" ] && [ ! -L "$script" ] || continue
+  line=$(head -n 1 "$script" 2>/dev/null | tr -d '\0') || continue
+  case "$line" in
+    "#!$venv/bin/python"*) ;;
+    "#!"*/.venv/bin/python*) sed -i "1s|^#!.*|#!$venv/bin/python|" "$script" ;;
+  esac
+done
 
 echo "--> preparing the default model"
 HF_HUB_OFFLINE=1 .venv/bin/python -m gpu_runtime.model_assets

@@ -7,6 +7,6 @@ echo "--> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 echo "--> mypy"
-.venv/bin/mypy gpu_runtime backend worker dashboard
+.venv/bin/mypy .
 echo "--> pytest"
 .venv/bin/python -m pytest "$@"

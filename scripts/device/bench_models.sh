@@ -9,7 +9,7 @@ shift
 for model in "$@"; do
   mkdir -p "$OUT/$model"
   python3 -m gpu_runtime.bench "$parts" --model ".device/models/$model" --load-format dummy \
-    --tokenizer .device/tokenizer --locomo .device/locomo --repeats 10 --out "$OUT/$model" ${BENCH_ARGS:-} \
+    --tokenizer .device/tokenizer --repeats 10 --out "$OUT/$model" ${BENCH_ARGS:-} \
     > "$OUT/$model/bench.log" 2>&1
   echo "$model: exit $?"
   grep -E "^(ttft k=50|throughput users=100|offload)" "$OUT/$model/bench.log"
