@@ -328,7 +328,7 @@ class InjectionRuntime:
         params: dict[str, Any] | None,
     ) -> AsyncIterator[Any]:
         from vllm import SamplingParams
-        from vllm.exceptions import VLLMClientError
+        refused = _refusal_errors()
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
         structured = None
@@ -363,7 +363,7 @@ class InjectionRuntime:
                     yield output
         except (asyncio.CancelledError, GeneratorExit):
             raise
-        except VLLMClientError as exc:  # vLLM refused the request (e.g. a schema it cannot use)
+        except refused as exc:  # vLLM refused the request (e.g. a schema it cannot use)
             raise InvalidRequestError(str(exc)) from exc
         except Exception as exc:
             if self.dead:
@@ -382,3 +382,16 @@ def _injected(output: Any) -> int:
     params = getattr(output, "kv_transfer_params", None) or {}
     ours = params.get(WIRE_KEY) if isinstance(params, dict) else None
     return int(ours.get("injected", 0)) if isinstance(ours, dict) else 0
+
+
+def _refusal_errors() -> tuple[type[Exception], ...]:
+    """vLLM's errors for a request it refuses (a client error, not an engine fault). vLLM 0.3x
+    has one base class; 0.26 (the GPU device's build) has only the separate classes."""
+    import vllm.exceptions as errors
+
+    base = getattr(errors, "VLLMClientError", None)
+    if base is not None:
+        return (base,)
+    names = ("VLLMValidationError", "VLLMUnprocessableEntityError", "VLLMNotFoundError")
+    return tuple(getattr(errors, name) for name in names if hasattr(errors, name))
+

@@ -21,7 +21,9 @@ from tests.gpu_runtime.store.test_tenant_log import all_bytes, item, payload, re
 pytestmark = pytest.mark.unit
 
 POLICY = Policy(segment_bytes=32 << 10, dead_fraction=0.5, min_dead_bytes=4096)
-FORK = multiprocessing.get_context("fork")
+# Spawned, not forked: a fork of the test process inherits whatever it holds (a Celery
+# broker pool among them, whose after-fork hook then blocks the child on the parent's socket).
+SPAWN = multiprocessing.get_context("spawn")
 
 
 def aligned_chunks(directory: Path) -> set[bytes]:
@@ -48,7 +50,7 @@ def _writer(directory: str, start: int, count: int, delete_every: int, started: 
 
 def test_concurrent_writers_in_two_processes_lose_nothing(tmp_path: Path) -> None:
     directory = tmp_path / "shared"
-    procs = [FORK.Process(target=_writer, args=(str(directory), base, 40, 0)) for base in (0, 1000)]
+    procs = [SPAWN.Process(target=_writer, args=(str(directory), base, 40, 0)) for base in (0, 1000)]
     for proc in procs:
         proc.start()
     for proc in procs:
@@ -65,8 +67,8 @@ def test_sigkill_at_random_moments_leaves_only_whole_facts(tmp_path: Path) -> No
     written = 0
     for round_ in range(8):
         start = round_ * 1000
-        started = FORK.Event()
-        proc = FORK.Process(target=_writer, args=(str(directory), start, 500, 3, started))
+        started = SPAWN.Event()
+        proc = SPAWN.Process(target=_writer, args=(str(directory), start, 500, 3, started))
         proc.start()
         # A random moment of its work, once it has work behind it (on a loaded machine a fixed
         # delay can land before the process has written anything).
