@@ -67,8 +67,11 @@ class Settings(BaseSettings):
     max_request_bytes: int = Field(
         default=4 * 1024 * 1024, ge=1024, validation_alias="INFERSCALE_MAX_REQUEST_BYTES"
     )
-    # The encoding policy: w turns of context per fact, and the procedure's version.
-    window_turns: int = Field(default=5, ge=0, le=64, validation_alias="INFERSCALE_WINDOW_TURNS")
+    # The encoding policy: w turns of context per fact, and the procedure's version. w=0 by
+    # default: on full-scale LoCoMo (docs/accuracy.md) w=5 cost kv 5-9 F1 points against w=0,
+    # nearly all of it on adversarial questions; w>0 stays available for conversations whose
+    # facts lean on their turns ("he", "that one").
+    window_turns: int = Field(default=0, ge=0, le=64, validation_alias="INFERSCALE_WINDOW_TURNS")
     encoding_version: int = Field(default=1, ge=1, validation_alias="INFERSCALE_ENCODING_VERSION")
     # Hybrid injection: how many of the most relevant retrieved facts are prefilled as text after
     # the injected ones when a chat does not say (docs/accuracy.md).
