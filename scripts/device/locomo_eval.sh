@@ -9,7 +9,9 @@
 #           bash scripts/device/locomo_eval.sh run <grid|hybrid>      # results under $OUT/<grid>
 # Retrieval is read from docs/results/locomo/hits.json (MiniLM + FAISS, computed on the CPU with
 # `inferscale eval locomo --hits ...`), so every mode answers over the same facts in the same
-# order and the device needs no embedding model.
+# order and the device needs no embedding model. The device image lacks sqlalchemy and faiss-cpu,
+# which the harness imports: carry their cp312 wheels in .whl (the device tool's README says how)
+# and put them on PYTHONPATH before `run`.
 set -euo pipefail
 case "${1:-}" in
   stage-here)
@@ -27,8 +29,8 @@ case "${1:-}" in
             --max-tokens 24 --dtype bfloat16)
     case "${2:-grid}" in
       grid)   args=(--ks 5,20,50 --windows 0,5,20 --modes kv,prompt) ;;
-      hybrid) args=(--ks 20,50 --windows 5 --modes kv,hybrid,prompt --recompute 1,2,5,10
-                    --hybrid-ks 20,50 --hybrid-windows 5) ;;
+      hybrid) args=(--ks 20,50 --windows 0,5 --modes kv,hybrid,prompt --recompute 2,5
+                    --hybrid-ks 20,50 --hybrid-windows 0,5) ;;
       *) echo "run grid|hybrid" >&2; exit 2 ;;
     esac
     mkdir -p "$OUT/${2:-grid}"
