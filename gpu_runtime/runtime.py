@@ -328,8 +328,9 @@ class InjectionRuntime:
         params: dict[str, Any] | None,
     ) -> AsyncIterator[Any]:
         from vllm import SamplingParams
-        refused = _refusal_errors()
         from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+        refused = _refusal_errors()
 
         structured = None
         if (wanted := sampling.structured) is not None:
@@ -394,4 +395,3 @@ def _refusal_errors() -> tuple[type[Exception], ...]:
         return (base,)
     names = ("VLLMValidationError", "VLLMUnprocessableEntityError", "VLLMNotFoundError")
     return tuple(getattr(errors, name) for name in names if hasattr(errors, name))
-

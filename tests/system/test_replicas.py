@@ -137,10 +137,11 @@ def _encoded(url: str) -> float:
     return float(line.split()[1])
 
 
-def _files(tenant: Tenant) -> dict[str, tuple[int, int]]:
-    """The tenant's files in the shared store (a rewrite replaces a file: a new inode)."""
-    folder = kv_disk().layout.tenant_dir(TenantId(tenant.handle.id))
-    return {f.name: (f.stat().st_ino, f.stat().st_mtime_ns) for f in folder.iterdir()}
+def _stored(tenant: Tenant) -> dict[FactKey, Any]:
+    """Where each of the tenant's facts and preambles sits in the shared packed store: a
+    re-encode appends a new extent, so any rewrite or addition changes this."""
+    store = kv_disk()
+    return {key: store.locate(key) for key in store.keys(TenantId(tenant.handle.id))}
 
 
 def _keys(stack: Stack, tenant: Tenant) -> list[FactKey]:
@@ -233,7 +234,7 @@ def test_a_purge_reaches_both_replicas(stack: Stack) -> None:
     for url, epoch in zip(stack.urls, epochs, strict=True):
         assert stack.replica(url).placement(request) == [None], url
         assert stack.replica(url).stats(typed.value).epoch == epoch + 1, url
-    assert not kv_disk().path(key).exists()
+    assert not kv_disk().exists(key)
     tenant.memories.pop(0)
     tenant.texts.pop(0)
 
@@ -245,7 +246,8 @@ def test_killing_a_replica_moves_its_tenants_and_serves_them_without_reencoding(
     moving = stack.tenants[doomed]
     before = {t.handle.id: _chat(stack, t)["inferscale"]["injected_tokens"] for t in moving}
     assert all(before.values())
-    files = {t.handle.id: _files(t) for t in moving}  # facts and preambles
+    stored = {t.handle.id: _stored(t) for t in moving}  # facts and preambles
+    assert all(stored.values())
     encoded = _encoded(survivor)
 
     second_runtime.kill()  # SIGKILL to the replica's whole process group
@@ -256,7 +258,7 @@ def test_killing_a_replica_moves_its_tenants_and_serves_them_without_reencoding(
         assert _lookups(stack, survivor, tenant) > 0
         assert stack.engine.replica_of(TenantId(tenant.handle.id)) == survivor
     assert _encoded(survivor) == encoded  # loaded from the shared disk store ...
-    assert {t.handle.id: _files(t) for t in moving} == files  # ... none rewritten or added
+    assert {t.handle.id: _stored(t) for t in moving} == stored  # ... none rewritten or added
     # The survivor's own tenants stay where they were.
     for tenant in stack.tenants[survivor]:
         assert _chat(stack, tenant)["inferscale"]["injected_tokens"] > 0
@@ -273,4 +275,4 @@ def test_killing_a_replica_moves_its_tenants_and_serves_them_without_reencoding(
     key = _keys(stack, tenant)[0]
     deleted = stack.api.delete(f"/v1/memories/{tenant.memories[0]}", headers=tenant.handle.headers)
     assert deleted.status_code in (200, 204), deleted.text
-    assert not kv_disk().path(key).exists()
+    assert not kv_disk().exists(key)

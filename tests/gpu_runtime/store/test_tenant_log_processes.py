@@ -50,7 +50,9 @@ def _writer(directory: str, start: int, count: int, delete_every: int, started: 
 
 def test_concurrent_writers_in_two_processes_lose_nothing(tmp_path: Path) -> None:
     directory = tmp_path / "shared"
-    procs = [SPAWN.Process(target=_writer, args=(str(directory), base, 40, 0)) for base in (0, 1000)]
+    procs = [
+        SPAWN.Process(target=_writer, args=(str(directory), base, 40, 0)) for base in (0, 1000)
+    ]
     for proc in procs:
         proc.start()
     for proc in procs:
