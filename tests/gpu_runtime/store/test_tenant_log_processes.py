@@ -4,13 +4,14 @@ this on disk: every indexed fact reads back exact, no other fact has a readable 
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import random
+import select
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -21,9 +22,7 @@ from tests.gpu_runtime.store.test_tenant_log import all_bytes, item, payload, re
 pytestmark = pytest.mark.unit
 
 POLICY = Policy(segment_bytes=32 << 10, dead_fraction=0.5, min_dead_bytes=4096)
-# Spawned, not forked: a fork of the test process inherits whatever it holds (a Celery
-# broker pool among them, whose after-fork hook then blocks the child on the parent's socket).
-SPAWN = multiprocessing.get_context("spawn")
+REPO = Path(__file__).resolve().parents[3]
 
 
 def aligned_chunks(directory: Path) -> set[bytes]:
@@ -36,28 +35,46 @@ def pieces(data: bytes) -> list[bytes]:
     return [data[i : i + 64] for i in range(0, len(data) - 63, 64)]
 
 
-def _writer(directory: str, start: int, count: int, delete_every: int, started: Any = None) -> None:
+def _writer(directory: str, start: int, count: int, delete_every: int) -> None:
     log = TenantLog(Path(directory), POLICY)
     for n in range(start, start + count):
         log.append([item(n, 2000)])
-        if started is not None and n == start:
-            started.set()  # the parent's kill lands after this writer has stored something
+        if n == start:
+            print("stored", flush=True)  # the parent's kill lands after this writer stored one
         if delete_every and n % delete_every == 0:
             log.delete([f"key-{n - 1}".encode()])
         if n % 7 == 0:
             log.compact()
 
 
+def writer_process(
+    directory: Path, start: int, count: int, delete_every: int
+) -> subprocess.Popen[str]:
+    """A writer in a fresh interpreter, as another replica would be: neither a fork of the test
+    process (it would inherit the session's Celery broker pool, whose after-fork hook blocked
+    the child on the parent's socket) nor multiprocessing's spawn (which re-imports pytest's
+    ``__main__``)."""
+    code = (
+        "from tests.gpu_runtime.store.test_tenant_log_processes import _writer; "
+        f"_writer({str(directory)!r}, {start}, {count}, {delete_every})"
+    )
+    return subprocess.Popen(
+        [sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+
+
+def wait_stored(proc: subprocess.Popen[str], timeout_s: float) -> bool:
+    assert proc.stdout is not None
+    ready, _, _ = select.select([proc.stdout], [], [], timeout_s)
+    return bool(ready) and proc.stdout.readline().strip() == "stored"
+
+
 def test_concurrent_writers_in_two_processes_lose_nothing(tmp_path: Path) -> None:
     directory = tmp_path / "shared"
-    procs = [
-        SPAWN.Process(target=_writer, args=(str(directory), base, 40, 0)) for base in (0, 1000)
-    ]
+    procs = [writer_process(directory, base, 40, 0) for base in (0, 1000)]
     for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(600)  # generous: every append is synced, and a loaded machine is slow
-        assert proc.exitcode == 0
+        proc.communicate(timeout=600)  # generous: every append is synced; a loaded machine is slow
+        assert proc.returncode == 0
     log = TenantLog(directory, POLICY)
     for n in [*range(40), *range(1000, 1040)]:
         assert read(log, n) == payload(n, 2000), n
@@ -69,16 +86,13 @@ def test_sigkill_at_random_moments_leaves_only_whole_facts(tmp_path: Path) -> No
     written = 0
     for round_ in range(8):
         start = round_ * 1000
-        started = SPAWN.Event()
-        proc = SPAWN.Process(target=_writer, args=(str(directory), start, 500, 3, started))
-        proc.start()
+        proc = writer_process(directory, start, 500, 3)
         # A random moment of its work, once it has work behind it (on a loaded machine a fixed
         # delay can land before the process has written anything).
-        assert started.wait(120), "the writer never stored its first fact"
+        assert wait_stored(proc, 120), "the writer never stored its first fact"
         time.sleep(rng.uniform(0.0, 0.35))
-        assert proc.pid is not None
         os.kill(proc.pid, signal.SIGKILL)
-        proc.join(10)
+        proc.communicate(timeout=30)
         written = start + 500
     log = TenantLog(directory, POLICY)
     log.recover()
