@@ -10,4 +10,4 @@ echo "--> mypy"
 .venv/bin/mypy .
 echo "--> pytest"
 # A hung test fails on its own instead of holding CI until its limit.
-.venv/bin/python -m pytest --timeout=1200 "$@"
+.venv/bin/python -m pytest --timeout=1200 --durations=25 "$@"

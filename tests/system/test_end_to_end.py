@@ -136,7 +136,8 @@ def test_one_fact_at_window_zero_kv_equals_prompt_through_the_whole_stack(
         memory = api.post("/v1/memories", headers=tenant.headers, json={
             "user_id": "carol", "text": "Tom's dog is a beagle named Rex."}).json()  # fmt: skip
         fact_id = memory["results"][0]["id"]
-        assert encode_facts(tenant.id, [fact_id], None, engine=engine) == 1  # the worker's job
+        # The worker's job, inline; 0 when the session's Celery worker encoded it first.
+        assert encode_facts(tenant.id, [fact_id], None, engine=engine) in (0, 1)
         kv = _chat(api, tenant, "kv", top_k=1)
         prompt = _chat(api, tenant, "prompt", top_k=1)
         # hybrid with the one fact recomputed: only the preamble is injected, the fact prefilled

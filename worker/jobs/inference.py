@@ -42,6 +42,15 @@ def _generate(
     return text
 
 
+def _fail(job_id: str, error: str) -> int:
+    """Marks the job failed unless another delivery has applied it meanwhile."""
+    with session_scope() as session:
+        job = session.get(Job, uuid.UUID(job_id), with_for_update=True)
+        if job is not None and not (job.payload or {}).get("applied"):
+            job.status, job.error = "failed", error
+    return 0
+
+
 def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = None) -> int:
     """Returns how many decisions were applied (0 for a job applied before)."""
     tenant, client = TenantId(tenant_id), engine or engine_client()
@@ -61,8 +70,7 @@ def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = 
     conversation = inf.conversation_text(request.messages)
     output = _generate(client, tenant, system, conversation, inf.extraction_schema(categories))
     if output is None:
-        update_job(job_id, status="failed", error="the conversation does not fit the context")
-        return 0
+        return _fail(job_id, "the conversation does not fit the context")
     facts = inf.parse_facts(output, categories)
     with session_scope() as session:
         similar = inf.similar_memories(tenant_context(session, tenant, client), scope,
@@ -74,13 +82,17 @@ def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = 
         schema = inf.reconcile_schema(len(existing), len(facts))
         answer = _generate(client, tenant, inf.RECONCILE_PROMPT, user, schema)
         if answer is None:
-            update_job(job_id, status="failed", error="the memories do not fit the context")
-            return 0
+            return _fail(job_id, "the memories do not fit the context")
         decisions = inf.parse_decisions(answer, len(existing))
     with session_scope() as session:
         job = session.get(Job, uuid.UUID(job_id), with_for_update=True)
-        if job is None or (job.payload or {}).get("applied"):
-            return 0  # another delivery applied it while we asked the model
+        if job is None:
+            return 0
+        if (job.payload or {}).get("applied"):
+            # Another delivery applied it while we asked the model; our "running" may have
+            # landed after its "succeeded", so put that back.
+            job.status = "succeeded"
+            return 0
         ctx = tenant_context(session, tenant, client)
         facts_now = FactRepository(session, tenant)
         targets: list[Fact | None] = [facts_now.get(memory_id) for memory_id, _ in existing]
