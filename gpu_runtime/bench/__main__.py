@@ -6,6 +6,7 @@ rate, and vLLM's own server as a peer, kv vs prompt, through the runtime service
         --load-format dummy --tokenizer .device/tokenizer --out $OUT/llama   # real shapes, GPU
     python -m gpu_runtime.bench peer --peer-url http://127.0.0.1:8011 ...  # vs `vllm serve`
     python -m gpu_runtime.bench store --out runs/store  # the durable store alone, no engine
+    python -m gpu_runtime.bench index --out runs/index  # the residency index alone
 
 Without ``--runtime-url`` a runtime is started for the run (``python -m gpu_runtime serve``).
 """
@@ -85,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
         from gpu_runtime.bench.store import main as store
 
         return store((sys.argv[1:] if argv is None else argv)[1:])
+    if (sys.argv[1:] if argv is None else argv)[:1] == ["index"]:  # bookkeeping alone
+        from gpu_runtime.bench.index import main as index
+
+        return index((sys.argv[1:] if argv is None else argv)[1:])
     from gpu_runtime.bench.session import add_engine_options
 
     parser = argparse.ArgumentParser(prog="inferscale bench")

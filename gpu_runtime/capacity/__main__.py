@@ -65,11 +65,12 @@ def check_main(args: argparse.Namespace) -> None:
     results = []
     for path in args.paths.split(","):
         r = run_check(users=args.users, facts=args.facts, k=args.k, zipf=args.zipf,
-                      requests=args.requests, path=path)  # fmt: skip
+                      requests=args.requests, path=path, tenants=args.tenants)  # fmt: skip
         results.append(r.as_dict())
         rows = [{"metric": m, "measured": r.measured[m], "predicted": r.predicted[m]}
                 for m in r.measured]  # fmt: skip
-        print(f"## Path {path}: {args.users} users x {args.facts} facts, k={args.k}, zipf "
+        print(f"## Path {path}: {args.users} users x {args.facts} facts of {args.tenants} "
+              f"tenant(s), k={args.k}, zipf "
               f"{args.zipf}; GPU {r.gpu_facts} facts, host {r.host_facts}; {r.requests} "
               f"requests counted; {r.seconds:.1f} s\n")  # fmt: skip
         print(_markdown(rows, ["metric", "measured", "predicted"]) + "\n")
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> None:
     check.add_argument("--k", type=int, default=5)
     check.add_argument("--zipf", type=float, default=1.0)
     check.add_argument("--requests", type=int, default=3000)
+    check.add_argument("--tenants", type=int, default=1, help="users spread over this many")
     check.add_argument("--paths", default="serving,acquire")
     parser.add_argument("--users", default="1e4,1e5,1e6")
     parser.add_argument("--zipf", default="0.8,1.0")

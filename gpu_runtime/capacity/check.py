@@ -2,7 +2,9 @@
 ``simulate.predict`` for the same workload and tier sizes.
 
 Every fact is a tiny KV blob that fills exactly one slab, so tier sizes in slabs are tier sizes
-in facts, as the model assumes. Each user is its own tenant (as in serving). A request goes the
+in facts, as the model assumes. The users belong to ``tenants`` tenants (one: the users of one
+tenant's app, the model's case; as many as users: every user its own tenant, where the pool's
+per-tenant fair shares bind and it departs from a plain LRU). A request goes the
 serving path: ``prefetch`` at retrieval (backend/services/chat.py), then ``acquire`` (the fused
 loader, gpu_runtime/connector/fused.py), then ``release``; ``path="acquire"`` skips the
 prefetch. Where each fact was when its request arrived is read from the pool's own index
@@ -76,6 +78,7 @@ class DictDisk:
 @dataclass(frozen=True)
 class CheckResult:
     workload: dict[str, Any]
+    tenants: int
     gpu_facts: int
     host_facts: int
     requests: int
@@ -100,6 +103,7 @@ def run_check(
     warmup: float = 0.25,
     path: str = "serving",
     seed: int = 0,
+    tenants: int = 1,
 ) -> CheckResult:
     started = time.perf_counter()
     slab = fact_bytes(TINY, BF16, TOKENS)
@@ -110,9 +114,12 @@ def run_check(
     g = torch.Generator().manual_seed(seed)
     keys_, values = (torch.randn(1, TOKENS, 1, 8, generator=g).bfloat16() for _ in range(2))
     kv = FactKV.build(keys_, values, torch.arange(TOKENS))  # shared: only residency matters
-    tenants = [TenantId(f"user{u}") for u in range(users)]
-    keys = [[FactKey.for_fact(t, f"f{j}", 1, CONFIG) for j in range(facts)] for t in tenants]
-    for tenant, own in zip(tenants, keys, strict=True):
+    owners = [TenantId(f"tenant{u % tenants}") for u in range(users)]
+    keys = [
+        [FactKey.for_fact(t, f"u{u}-f{j}", 1, CONFIG) for j in range(facts)]
+        for u, t in enumerate(owners)
+    ]
+    for tenant, own in zip(owners, keys, strict=True):
         pool.put_many(tenant, [(key, kv) for key in own])
 
     rng = random.Random(seed)
@@ -124,7 +131,7 @@ def run_check(
     for i, user in enumerate(stream):
         if i == skip:
             before = pool.stats()
-        tenant, wanted = tenants[user], rng.sample(keys[user], k)
+        tenant, wanted = owners[user], rng.sample(keys[user], k)
         tiers = [p[0] if p else Tier.DISK for p in pool.index.placements(tenant, wanted)]
         if path == "serving":
             pool.prefetch(tenant, wanted)
@@ -150,6 +157,7 @@ def run_check(
     prediction: Prediction = predict(workload, gpu_facts, host_facts)
     return CheckResult(
         workload=asdict(workload),
+        tenants=tenants,
         gpu_facts=gpu_facts,
         host_facts=host_facts,
         requests=n,

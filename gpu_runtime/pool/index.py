@@ -21,7 +21,9 @@ Policy, per memory tier (GPU, then HOST), when an entry of tenant ``t`` needs ``
 
 GPU evictions are demoted to HOST under the same rules (for the evicted entry's tenant); HOST
 evictions drop to DISK. Quotas and fair shares count slabs, i.e. bytes rounded up to slabs.
-LRU order comes from an integer tick, not time, so the index is deterministic.
+LRU order comes from an integer tick, not time, so the index is deterministic; each memory tier
+keeps its entries in that order in an ``LruHeap`` (``pool.lru``), so planning room walks only
+as far into the order as it needs instead of sorting the tier.
 
 ``remove`` of a pinned entry does not refuse (the caller could only retry): the entry is marked
 doomed, becomes invisible to lookups, keys and pins, keeps its slabs while an in-flight request
@@ -33,9 +35,11 @@ from __future__ import annotations
 import enum
 import threading
 from collections import Counter
-from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Generator, Iterable, Iterator
+from contextlib import closing
+from dataclasses import dataclass, field, replace
 
+from gpu_runtime.pool.lru import LruHeap
 from gpu_runtime.pool.slabs import SlabAllocator
 from gpu_runtime.types import FactKey, TenantId
 
@@ -95,6 +99,21 @@ class Entry:
     pins: int = 0
     last_use: int = 0
     doomed: bool = False  # removed while pinned: freed on the last unpin
+    # Which arrival on a memory tier this is (``LruHeap``'s bookkeeping; 0: on disk only).
+    placement: int = field(default=0, compare=False, repr=False)
+
+
+class _Replayable:
+    """An iterator's items, fetched lazily once and replayed to every later loop."""
+
+    def __init__(self, items: Iterator[Entry]) -> None:
+        self._items, self._seen = items, list[Entry]()
+
+    def __iter__(self) -> Iterator[Entry]:
+        yield from self._seen
+        for item in self._items:
+            self._seen.append(item)
+            yield item
 
 
 def _check(tenant: TenantId, key: FactKey) -> None:
@@ -143,7 +162,7 @@ class ResidencyIndex:
             Tier.HOST: _quota_slabs(tenant_host_quota_bytes, slab_bytes),
         }
         self._entries: dict[TenantId, dict[FactKey, Entry]] = {}
-        self._resident: dict[Tier, dict[FactKey, Entry]] = {t: {} for t in _MEMORY_TIERS}
+        self._lru: dict[Tier, LruHeap] = {t: LruHeap() for t in _MEMORY_TIERS}
         self._used: dict[Tier, Counter[TenantId]] = {t: Counter() for t in _MEMORY_TIERS}
         self._counters: Counter[tuple[TenantId, str]] = Counter()
 
@@ -284,18 +303,23 @@ class ResidencyIndex:
             return [(entry.tier, entry.slabs) for entry in found]
 
     def prefetch(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Move]:
-        """Promotes unpinned entries towards GPU ahead of a request (no pin, no use counted).
+        """Promotes unpinned entries towards GPU ahead of a request (no pin, no hit counted).
 
-        Pinned entries stay where they are: an in-flight request may be reading their slabs.
-        Absent keys are skipped; the request itself reloads them from disk.
+        The entries are marked used first, as the request is about to use them: otherwise
+        an entry promoted with an old last use is the GPU tier's next victim, and promoting
+        the request's next fact would evict it again. Pinned entries stay where they are: an
+        in-flight request may be reading their slabs. Absent keys are skipped; the request
+        itself reloads them from disk.
         """
         wanted = _distinct(tenant, keys)
         with self._lock:
             moves: list[Move] = []
             held = self._entries.get(tenant, {})
-            for key in wanted:
-                entry = held.get(key)
-                if entry is None or entry.doomed or entry.pins or entry.tier is Tier.GPU:
+            found = [e for e in (held.get(key) for key in wanted) if e is not None and not e.doomed]
+            for entry in found:
+                self._use(entry)
+            for entry in found:
+                if entry.pins or entry.tier is Tier.GPU:
                     continue
                 for tier in _MEMORY_TIERS:
                     if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
@@ -401,9 +425,23 @@ class ResidencyIndex:
         own = used[tenant]
         if pool.free_slabs >= need and (quota is None or own + need <= quota):
             return []
-        lru = sorted(
-            (e for e in self._resident[tier].values() if not e.pins), key=lambda e: e.last_use
-        )
+        with closing(self._oldest_first(tier)) as walk:
+            return self._choose_victims(tier, tenant, need, _Replayable(walk))
+
+    def _oldest_first(self, tier: Tier) -> Generator[Entry, None, None]:
+        """The tier's unpinned entries, least recently used first (lazily)."""
+        with closing(self._lru[tier].walk()) as walk:
+            for entry in walk:
+                assert isinstance(entry, Entry)
+                if not entry.pins:
+                    yield entry
+
+    def _choose_victims(
+        self, tier: Tier, tenant: TenantId, need: int, lru: _Replayable
+    ) -> list[Entry] | None:
+        """``_plan_room``'s choice over the tier's unpinned entries in LRU order."""
+        pool, used, quota = self._pools[tier], self._used[tier], self._quota[tier]
+        own = used[tenant]
         victims: list[Entry] = []
         freed: Counter[TenantId] = Counter()
         for entry in lru:
@@ -442,7 +480,7 @@ class ResidencyIndex:
         src, src_slabs = entry.tier, entry.slabs
         self._release(entry)
         entry.tier, entry.slabs = dst, slabs
-        self._resident[dst][entry.key] = entry
+        self._lru[dst].add(entry)
         self._used[dst][entry.key.tenant] += len(slabs)
         if record:
             moves.append(Move(entry.key, src, dst, src_slabs, slabs))
@@ -461,7 +499,7 @@ class ResidencyIndex:
         """Frees the entry's memory slabs, leaving it on DISK only."""
         if entry.tier in self._pools:
             self._pools[entry.tier].free(entry.slabs)
-            del self._resident[entry.tier][entry.key]
+            self._lru[entry.tier].remove(entry)
             used = self._used[entry.tier]
             used[entry.key.tenant] -= len(entry.slabs)
             if not used[entry.key.tenant]:

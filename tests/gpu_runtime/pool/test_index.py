@@ -584,3 +584,17 @@ def test_pin_in_memory_pins_where_entries_are_or_nothing() -> None:
         idx.pin_in_memory(B, [k(A, "g")])
     idx.unpin(A, [k(A, "h"), k(A, "g")])
     assert idx.stats(A)["pinned"] == 0
+
+
+def test_prefetch_keeps_every_fact_it_promotes_for_the_request() -> None:
+    """Its facts are marked used before any is promoted, so promoting the second cannot evict
+    the first (which would keep its old last use and be the GPU tier's oldest entry)."""
+    idx = index(gpu=2, host=2)
+    worker = Worker()
+    for name in ("a", "b", "x", "y"):  # a, b end up on HOST, older than x and y
+        worker.place(k(A, name), idx.admit(A, k(A, name), SLAB))
+    moves = idx.prefetch(A, [k(A, "a"), k(A, "b")])
+    worker.apply(moves)
+    worker.matches(idx, [A])
+    assert tier_of(idx, k(A, "a")) is Tier.GPU and tier_of(idx, k(A, "b")) is Tier.GPU
+    assert {m.key for m in moves if m.dst_tier is Tier.GPU} == {k(A, "a"), k(A, "b")}
