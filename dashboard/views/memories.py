@@ -3,10 +3,18 @@ confirmation (the answer shows the KV purged from every tier and the disk)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 import streamlit as st
 
 from dashboard.client import AdminClient
+
+
+def _name(user: dict[str, Any]) -> str:
+    # Memories added through Mem0's API with only an agent, app or run id have a reserved
+    # owner whose id is a control character: name what it is instead of printing it.
+    return "(no user id: agent, app or run memories)" if user.get("scoped") else user["user_id"]
 
 
 def render(client: AdminClient) -> None:
@@ -20,7 +28,7 @@ def render(client: AdminClient) -> None:
     if not users:
         st.info("This tenant has no users yet.")
         return
-    labels = {f"{u['user_id']} ({u['memories']} memories)": u["user_id"] for u in users}
+    labels = {f"{_name(u)} ({u['memories']} memories)": u["user_id"] for u in users}
     user_id = labels[st.selectbox("user", list(labels))]
     query = st.text_input("search this user's memories", key="memory_query")
     rows = client.memories(tenant_id, user_id, query or None)

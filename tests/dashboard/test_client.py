@@ -62,3 +62,25 @@ def test_overview_counts_encodings_under_the_runtimes_current_config_only(
     assert (row["encodings_ready"], row["encodings_waiting"]) == (0, 1)
     row = mark_ready(current)
     assert (row["encodings_ready"], row["encodings_waiting"]) == (1, 0)
+
+
+def test_memories_without_a_user_id_have_a_named_owner_in_the_browser(
+    api: Any, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    """Mem0's surface scopes a memory by an agent id alone; the browser lists its reserved
+    owner marked as such, and its memories are readable through that entry."""
+    from dashboard.views.memories import _name
+
+    tenant = make_tenant()
+    body = {"messages": [{"role": "user", "content": "Prefers short answers."}],
+            "agent_id": "helper", "infer": False}  # fmt: skip
+    added = api.post("/v3/memories/add/", json=body, headers=tenant.headers)
+    assert added.status_code == 200, added.text
+    api.post("/v1/memories", json={"user_id": "ann", "text": "Ann sails."}, headers=tenant.headers)
+    client = AdminClient(admin_key=ADMIN_KEY, http=api)
+    users = {u["user_id"]: u for u in client.users(tenant.id)}
+    [scope] = [u for u in users.values() if u["scoped"]]
+    assert not users["ann"]["scoped"] and _name(users["ann"]) == "ann"
+    assert _name(scope) == "(no user id: agent, app or run memories)"
+    memories = client.memories(tenant.id, scope["user_id"], None)
+    assert [m["memory"] for m in memories] == ["Prefers short answers."]

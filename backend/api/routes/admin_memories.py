@@ -15,6 +15,7 @@ from backend.api.schemas.memories import HistoryOut, MemoryOut, MemoryUpdate
 from backend.api.schemas.text import MemoryIdPath, OffsetQuery, Text, UserIdQuery
 from backend.repositories.base import Page
 from backend.repositories.memories import UserRepository
+from backend.repositories.scoped import SCOPE_OWNER
 from backend.services.memories import MemoryService, fact_key
 
 router = APIRouter(prefix="/v1/admin/tenants/{tenant_id}", tags=["admin"],
@@ -23,8 +24,10 @@ router = APIRouter(prefix="/v1/admin/tenants/{tenant_id}", tags=["admin"],
 
 @router.get("/users")
 def users(ctx: AdminTenantContextDep) -> dict[str, Any]:
+    """The tenant's users with their memory counts; ``scoped`` marks the reserved owner of
+    memories added through Mem0's surface with an agent, app or run id but no user id."""
     rows = UserRepository(ctx.session, ctx.tenant).with_fact_counts()
-    return {"users": [{"user_id": u, "memories": n} for u, n in rows]}
+    return {"users": [{"user_id": u, "memories": n, "scoped": u == SCOPE_OWNER} for u, n in rows]}
 
 
 @router.get("/memories", response_model=PageOut[MemoryOut])
