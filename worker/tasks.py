@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from backend.services import outbox
@@ -25,41 +26,34 @@ def ping(token: str) -> dict[str, str]:
     return {"token": token, "worker": socket.gethostname()}
 
 
-def _failed(job_id: str | None, exc: BaseException) -> None:
-    update_job(job_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+def _attempt(task: Any, job_id: str | None, run: Callable[[], int]) -> int:
+    """Runs a job; when its last retry fails too, the job records why before Celery does."""
+    try:
+        return run()
+    except Exception as exc:
+        if task.request.retries >= task.max_retries:
+            update_job(job_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+        raise
 
 
 @celery_app.task(name="inferscale.encode_facts", **RETRY)  # type: ignore[untyped-decorator]
 def encode_facts(self: Any, tenant_id: str, fact_ids: list[str], job_id: str | None = None) -> int:
-    try:
-        return encoding.encode_facts(tenant_id, fact_ids, job_id)
-    except Exception as exc:
-        if self.request.retries >= self.max_retries:
-            _failed(job_id, exc)
-        raise
+    return _attempt(self, job_id, lambda: encoding.encode_facts(tenant_id, fact_ids, job_id))
 
 
 @celery_app.task(name="inferscale.ingest_conversation", **RETRY)  # type: ignore[untyped-decorator]
 def ingest_conversation(
     self: Any, tenant_id: str, conversation_id: str, job_id: str | None = None
 ) -> int:
-    try:
-        return ingestion.ingest_conversation(tenant_id, conversation_id, job_id)
-    except Exception as exc:
-        if self.request.retries >= self.max_retries:
-            _failed(job_id, exc)
-        raise
+    return _attempt(
+        self, job_id, lambda: ingestion.ingest_conversation(tenant_id, conversation_id, job_id)
+    )
 
 
 @celery_app.task(name="inferscale.extract_memories", **RETRY)  # type: ignore[untyped-decorator]
 def extract_memories(self: Any, tenant_id: str, job_id: str) -> int:
     """Mem0's infer=true add: facts extracted and reconciled by the served model."""
-    try:
-        return inference.extract_memories(tenant_id, job_id)
-    except Exception as exc:
-        if self.request.retries >= self.max_retries:
-            _failed(job_id, exc)
-        raise
+    return _attempt(self, job_id, lambda: inference.extract_memories(tenant_id, job_id))
 
 
 @celery_app.task(name="inferscale.relay_outbox")  # type: ignore[untyped-decorator]
