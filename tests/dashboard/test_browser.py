@@ -104,6 +104,9 @@ def test_operator_sees_every_page_and_deletes_a_memory_in_a_real_browser(
         page.get_by_label("Admin key").fill("wrong-key")
         page.get_by_role("button", name="Log in").click()
         expect(page.get_by_text("The API refused this key")).to_be_visible(timeout=60_000)
+        if shots:
+            shots.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(shots / "login.png"))
         page.get_by_label("Admin key").fill(ADMIN_KEY)
         page.get_by_role("button", name="Log in").click()
         expect(page.get_by_role("heading", name="Overview")).to_be_visible(timeout=60_000)
