@@ -22,7 +22,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from gpu_runtime.pool.index import Entry, ResidencyIndex, Tier
+from gpu_runtime.pool.entries import Entry, Tier
+from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 SLAB = 4096

@@ -25,7 +25,8 @@ import torch
 
 from gpu_runtime.capacity.shapes import BF16, ModelShape, fact_bytes
 from gpu_runtime.capacity.simulate import Prediction, Workload, predict
-from gpu_runtime.pool.index import ResidencyIndex, Tier
+from gpu_runtime.pool.entries import Tier
+from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId

@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from gpu_runtime.connector.worker import WorkerHalf
-from gpu_runtime.pool.index import TenantMismatchError, Tier
+from gpu_runtime.pool.entries import TenantMismatchError, Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.types import FactKey, TenantId
 

@@ -32,75 +32,28 @@ reads them, and is freed on its last unpin, which returns it so the worker can d
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections import Counter
 from collections.abc import Generator, Iterable, Iterator
 from contextlib import closing
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
+from gpu_runtime.pool.entries import (
+    MEMORY_TIERS,
+    RANK,
+    Entry,
+    Move,
+    Placement,
+    Tier,
+    UnknownEntryError,
+    check_tenant,
+    distinct_keys,
+)
 from gpu_runtime.pool.lru import LruHeap
 from gpu_runtime.pool.slabs import SlabAllocator
 from gpu_runtime.types import FactKey, TenantId
 
-
-class Tier(enum.StrEnum):
-    """Where an entry's fastest copy lives, fastest first."""
-
-    GPU = "gpu"
-    HOST = "host"
-    DISK = "disk"
-
-
-_MEMORY_TIERS = (Tier.GPU, Tier.HOST)
-_RANK = {tier: rank for rank, tier in enumerate(Tier)}
 _COUNTERS = ("gpu_evictions", "host_evictions", "gpu_hits", "host_hits", "disk_hits", "misses")
-
-
-class TenantMismatchError(ValueError):
-    """A key of one tenant was used under another tenant's name."""
-
-
-class UnknownEntryError(KeyError):
-    """A pin or unpin named keys the index does not hold (or that are not pinned)."""
-
-
-@dataclass(frozen=True)
-class Move:
-    """Copy ``key``'s KV from ``src_slabs`` of ``src_tier`` to ``dst_slabs`` of ``dst_tier``.
-
-    DISK has no slabs: a move to DISK frees the source slabs, one from DISK reads the durable copy.
-    """
-
-    key: FactKey
-    src_tier: Tier
-    dst_tier: Tier
-    src_slabs: tuple[int, ...]
-    dst_slabs: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where a newly admitted entry goes, after applying ``moves`` (in order) to make room."""
-
-    tier: Tier
-    slabs: tuple[int, ...]
-    moves: tuple[Move, ...] = ()
-
-
-@dataclass
-class Entry:
-    """One fact's residency; the index hands out copies, never its own (mutable) records."""
-
-    key: FactKey
-    nbytes: int
-    tier: Tier
-    slabs: tuple[int, ...] = ()
-    pins: int = 0
-    last_use: int = 0
-    doomed: bool = False  # removed while pinned: freed on the last unpin
-    # Which arrival on a memory tier this is (``LruHeap``'s bookkeeping; 0: on disk only).
-    placement: int = field(default=0, compare=False, repr=False)
 
 
 class _Replayable:
@@ -114,21 +67,6 @@ class _Replayable:
         for item in self._items:
             self._seen.append(item)
             yield item
-
-
-def _check(tenant: TenantId, key: FactKey) -> None:
-    if key.tenant.value != tenant.value:
-        raise TenantMismatchError(f"key of tenant {key.tenant.value!r} used as {tenant.value!r}")
-
-
-def _distinct(tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
-    """Checks every key before anything changes, and drops repeats (a request pins a key once)."""
-    result = list(dict.fromkeys(keys))
-    name = tenant.value
-    for key in result:
-        if key.tenant.value != name:  # _check, inlined: this runs per fact of every request
-            _check(tenant, key)
-    return result
 
 
 def _quota_slabs(quota_bytes: int | None, slab_bytes: int) -> int | None:
@@ -162,8 +100,8 @@ class ResidencyIndex:
             Tier.HOST: _quota_slabs(tenant_host_quota_bytes, slab_bytes),
         }
         self._entries: dict[TenantId, dict[FactKey, Entry]] = {}
-        self._lru: dict[Tier, LruHeap] = {t: LruHeap() for t in _MEMORY_TIERS}
-        self._used: dict[Tier, Counter[TenantId]] = {t: Counter() for t in _MEMORY_TIERS}
+        self._lru: dict[Tier, LruHeap] = {t: LruHeap() for t in MEMORY_TIERS}
+        self._used: dict[Tier, Counter[TenantId]] = {t: Counter() for t in MEMORY_TIERS}
         self._counters: Counter[tuple[TenantId, str]] = Counter()
 
     # -- public API ------------------------------------------------------------------------------
@@ -173,7 +111,7 @@ class ResidencyIndex:
 
     def admit(self, tenant: TenantId, key: FactKey, nbytes: int) -> Placement:
         """Places a new entry on the fastest tier with room; re-admitting a key is idempotent."""
-        _check(tenant, key)
+        check_tenant(tenant, key)
         if nbytes <= 0:
             raise ValueError("nbytes must be positive")
         with self._lock:
@@ -187,14 +125,14 @@ class ResidencyIndex:
             entry = Entry(key, nbytes, Tier.DISK, last_use=self._next_tick())
             self._entries.setdefault(tenant, {})[key] = entry
             moves: list[Move] = []
-            for tier in _MEMORY_TIERS:
+            for tier in MEMORY_TIERS:
                 if self._try_move(entry, tier, moves, record=False):
                     break
             return Placement(entry.tier, entry.slabs, tuple(moves))
 
     def touch(self, tenant: TenantId, key: FactKey) -> bool:
         """Marks the entry most recently used; False if the index does not hold it."""
-        _check(tenant, key)
+        check_tenant(tenant, key)
         with self._lock:
             entry = self._live(tenant, key)
             if entry is not None:
@@ -203,14 +141,14 @@ class ResidencyIndex:
 
     def lookup(self, tenant: TenantId, key: FactKey) -> Entry | None:
         """A copy of the entry, without counting a use (for inspection)."""
-        _check(tenant, key)
+        check_tenant(tenant, key)
         with self._lock:
             entry = self._live(tenant, key)
             return None if entry is None else replace(entry)
 
     def missing(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[FactKey]:
         """The keys the index does not hold (one lock for a whole request's facts)."""
-        wanted = _distinct(tenant, keys)
+        wanted = distinct_keys(tenant, keys)
         with self._lock:
             held = self._entries.get(tenant, {})
             found = [held.get(key) for key in wanted]
@@ -223,14 +161,14 @@ class ResidencyIndex:
         with self._lock:
             out: list[tuple[Tier, tuple[int, ...]] | None] = []
             for key in keys:
-                _check(tenant, key)
+                check_tenant(tenant, key)
                 entry = self._live(tenant, key)
                 out.append(None if entry is None else (entry.tier, entry.slabs))
             return out
 
     def lookup_for_use(self, tenant: TenantId, key: FactKey) -> Entry | None:
         """Like ``lookup`` but counts a hit on the entry's tier (or a miss) and touches it."""
-        _check(tenant, key)
+        check_tenant(tenant, key)
         with self._lock:
             entry = self._live(tenant, key)
             self._count_lookup(tenant, entry)
@@ -249,7 +187,7 @@ class ResidencyIndex:
         pinned (hits and misses are still counted). An entry that cannot reach GPU (pinned
         entries or quotas in the way) stays pinned where it ends up; ``lookup`` tells where.
         """
-        wanted = _distinct(tenant, keys)
+        wanted = distinct_keys(tenant, keys)
         with self._lock:
             found: list[Entry] = []
             missing: list[FactKey] = []
@@ -269,8 +207,8 @@ class ResidencyIndex:
             for entry in found:
                 if not promote and entry.tier is not Tier.DISK:
                     continue
-                for tier in _MEMORY_TIERS:
-                    if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
+                for tier in MEMORY_TIERS:
+                    if RANK[tier] >= RANK[entry.tier] or self._try_move(entry, tier, moves):
                         break
             return moves
 
@@ -280,7 +218,7 @@ class ResidencyIndex:
         """The serving fast path of ``pin(promote=False)`` + ``placements``, in one pass: if
         every key is held on the GPU or host tier, pins them all where they are and returns
         (tier, slabs) per key; otherwise ``None`` and nothing is pinned or counted."""
-        wanted = _distinct(tenant, keys)
+        wanted = distinct_keys(tenant, keys)
         with self._lock:
             held = self._entries.get(tenant, {})
             found: list[Entry] = []
@@ -311,7 +249,7 @@ class ResidencyIndex:
         in-flight request may be reading their slabs. Absent keys are skipped; the request
         itself reloads them from disk.
         """
-        wanted = _distinct(tenant, keys)
+        wanted = distinct_keys(tenant, keys)
         with self._lock:
             moves: list[Move] = []
             held = self._entries.get(tenant, {})
@@ -321,20 +259,20 @@ class ResidencyIndex:
             for entry in found:
                 if entry.pins or entry.tier is Tier.GPU:
                     continue
-                for tier in _MEMORY_TIERS:
-                    if _RANK[tier] >= _RANK[entry.tier] or self._try_move(entry, tier, moves):
+                for tier in MEMORY_TIERS:
+                    if RANK[tier] >= RANK[entry.tier] or self._try_move(entry, tier, moves):
                         break
             return moves
 
     def demote(self, tenant: TenantId, keys: Iterable[FactKey], tier: Tier) -> list[Move]:
         """Moves unpinned entries down to ``tier`` (HOST or DISK), e.g. to measure offload cost
         or to make room ahead of a known burst; pinned or already slower entries stay."""
-        wanted = _distinct(tenant, keys)
+        wanted = distinct_keys(tenant, keys)
         with self._lock:
             moves: list[Move] = []
             for key in wanted:
                 entry = self._live(tenant, key)
-                if entry is None or entry.pins or _RANK[entry.tier] >= _RANK[tier]:
+                if entry is None or entry.pins or RANK[entry.tier] >= RANK[tier]:
                     continue
                 if tier is Tier.DISK or not self._try_move(entry, tier, moves):
                     moves.append(Move(key, entry.tier, Tier.DISK, entry.slabs, ()))
@@ -343,7 +281,7 @@ class ResidencyIndex:
 
     def unpin(self, tenant: TenantId, keys: Iterable[FactKey]) -> list[Entry]:
         """Releases one pin per key; returns the doomed entries this freed (drop their KV)."""
-        wanted = _distinct(tenant, keys)
+        wanted = distinct_keys(tenant, keys)
         with self._lock:
             held = self._entries.get(tenant, {})
             found = [held.get(key) for key in wanted]
@@ -361,7 +299,7 @@ class ResidencyIndex:
 
     def remove(self, tenant: TenantId, key: FactKey) -> Entry | None:
         """Removes an entry; returns it so the worker frees its KV (unless it comes back doomed)."""
-        _check(tenant, key)
+        check_tenant(tenant, key)
         with self._lock:
             entry = self._live(tenant, key)
             return None if entry is None else self._remove(entry)

@@ -24,7 +24,7 @@ from typing import Protocol
 
 
 class Ranked(Protocol):
-    """What the heap reads of an entry (``pool.index.Entry``)."""
+    """What the heap reads of an entry (``pool.entries.Entry``)."""
 
     last_use: int
     placement: int

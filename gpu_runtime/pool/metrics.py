@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.entries import Tier
 
 LOAD_BUCKETS_S = (1e-5, 5e-5, 1e-4, 5e-4, 1e-3, 5e-3, 1e-2, 5e-2, 0.1, 0.5)
 

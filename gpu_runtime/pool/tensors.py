@@ -22,13 +22,8 @@ import numpy as np
 import torch
 
 from gpu_runtime.pool.arena import Packing, PinnedFacts, SlabArena, pack, unpack
-from gpu_runtime.pool.index import (
-    Move,
-    ResidencyIndex,
-    TenantMismatchError,
-    Tier,
-    UnknownEntryError,
-)
+from gpu_runtime.pool.entries import Move, TenantMismatchError, Tier, UnknownEntryError
+from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.pool.metrics import PoolMetrics
 from gpu_runtime.store.base import DurableKVStore
 from gpu_runtime.store.fact_kv import FactKV

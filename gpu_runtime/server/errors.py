@@ -13,7 +13,7 @@ from gpu_runtime.errors import (
     PromptTooLongError,
     RuntimeErrorBase,
 )
-from gpu_runtime.pool.index import TenantMismatchError
+from gpu_runtime.pool.entries import TenantMismatchError
 
 
 class NotReadyError(RuntimeErrorBase):

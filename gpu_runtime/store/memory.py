@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_runtime.pool.index import TenantMismatchError
+from gpu_runtime.pool.entries import TenantMismatchError
 from gpu_runtime.store.base import DurableKVStore, KVStore
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.store.packed import PackedKVStore

@@ -8,7 +8,7 @@ import pytest
 
 from gpu_runtime.connector.catalog import FactCatalog
 from gpu_runtime.connector.metadata import WorkerReport
-from gpu_runtime.pool.index import TenantMismatchError
+from gpu_runtime.pool.entries import TenantMismatchError
 from gpu_runtime.store.compaction import Policy
 from gpu_runtime.store.paths import tenant_dir_name
 from gpu_runtime.store.records import key_bytes

@@ -19,7 +19,7 @@ from gpu_runtime.connector.metadata import InjectionMetadata, LoadPiece, LoadReq
 from gpu_runtime.connector.worker import WorkerHalf
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import CacheGeometry, FlashLogicalLayout
-from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.entries import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.rope import RopeRotator
 from gpu_runtime.store.fact_kv import FactKV

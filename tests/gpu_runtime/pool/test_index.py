@@ -15,15 +15,15 @@ from collections.abc import Callable
 
 import pytest
 
-from gpu_runtime.pool.index import (
+from gpu_runtime.pool.entries import (
     Entry,
     Move,
     Placement,
-    ResidencyIndex,
     TenantMismatchError,
     Tier,
     UnknownEntryError,
 )
+from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.pool.slabs import OutOfSlabsError, SlabAllocator
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import pytest
 
 from gpu_runtime.bench.index import SortingIndex
-from gpu_runtime.pool.index import ResidencyIndex, Tier, UnknownEntryError
+from gpu_runtime.pool.entries import Tier, UnknownEntryError
+from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.pool.lru import LruHeap
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 

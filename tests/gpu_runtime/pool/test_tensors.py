@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.pool.index import Tier
+from gpu_runtime.pool.entries import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.store.packed import PackedKVStore
