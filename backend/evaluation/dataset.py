@@ -67,7 +67,7 @@ def load_conversations(path: Path) -> list[Conversation]:
 
 
 def _conversation(data: dict[str, Any], path: Path, fallback: str) -> Conversation:
-    from backend.services.conversations import parse_locomo
+    from backend.core.locomo import parse_locomo
 
     parsed = parse_locomo(data)
     sample = str(data.get("sample_id") or fallback)

@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 
 from sqlalchemy import delete, func, select
 
+from backend.core.locomo import TurnIn
 from backend.db.models import Conversation, EndUser, Turn
 from backend.repositories.base import TenantScoped
-
-
-@dataclass(frozen=True)
-class TurnIn:
-    speaker: str
-    text: str
-    session: str = ""
-    ref: str = ""
-    spoken_at: str = ""
 
 
 class ConversationRepository(TenantScoped):

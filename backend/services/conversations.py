@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
-from typing import Any
 
+from backend.core.locomo import ParsedConversation
 from backend.db.models import Conversation, Job
 from backend.errors import InvalidRequestError, NotFoundError
-from backend.repositories.conversations import ConversationRepository, TurnIn
+from backend.repositories.conversations import ConversationRepository
 from backend.repositories.encodings import JobRepository
 from backend.repositories.memories import FactRepository, UserRepository
 from backend.services import outbox
@@ -16,78 +15,6 @@ from backend.services.context import TenantContext
 from backend.services.memories import MemoryService
 
 INGEST_TASK = "inferscale.ingest_conversation"
-
-
-@dataclass(frozen=True)
-class Observation:
-    """A fact stated about a turn (LoCoMo's session observations), tied to it by ``ref``."""
-
-    text: str
-    ref: str
-
-
-@dataclass(frozen=True)
-class ParsedConversation:
-    title: str
-    turns: list[TurnIn]
-    observations: list[Observation]
-
-
-# Column sizes of what a conversation writes (backend.db.models).
-_LIMITS = {"speaker": 200, "session": 64, "ref": 64, "spoken_at": 64}
-
-
-def parse_locomo(data: dict[str, Any]) -> ParsedConversation:
-    """A LoCoMo document, or a 422 saying what does not fit the layout (never a 500)."""
-    try:
-        parsed = _parse_locomo(data)
-    except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
-        raise InvalidRequestError(
-            f"not a LoCoMo conversation: {type(exc).__name__} {exc} (see data/locomo/README.md)"
-        ) from None
-    for number, turn in enumerate(parsed.turns):
-        for name, limit in _LIMITS.items():
-            if len(getattr(turn, name)) > limit:
-                raise InvalidRequestError(
-                    f"locomo turn {number}: {name} is over {limit} characters"
-                )
-    if not parsed.title.strip() or len(parsed.title) > 300:
-        raise InvalidRequestError("locomo: the title (sample_id) must be 1 to 300 characters")
-    return parsed
-
-
-def _parse_locomo(data: dict[str, Any]) -> ParsedConversation:
-    """The official LoCoMo layout (``conversation`` nested or at top level): sessions
-    ``session_<n>`` of turns {speaker, dia_id, text} with ``session_<n>_date_time``, and optional
-    ``session_<n>_observation`` {speaker: [[fact, dia_id], ...]}."""
-    conv = data.get("conversation", data)
-    if not isinstance(conv, dict) or "speaker_a" not in conv:
-        raise InvalidRequestError("not a LoCoMo conversation: speaker_a / session_<n> missing")
-    sessions = sorted(
-        (int(k.split("_")[1]), v)
-        for k, v in conv.items()
-        if k.startswith("session_") and k.count("_") == 1 and isinstance(v, list)
-    )
-    if not sessions:
-        raise InvalidRequestError("LoCoMo conversation has no sessions")
-    turns, observations = [], []
-    for number, items in sessions:
-        when = str(conv.get(f"session_{number}_date_time", ""))
-        for item in items:
-            text = str(item.get("text", "")).strip()
-            if item.get("blip_caption"):
-                text = f"{text} [shares a photo: {item['blip_caption']}]".strip()
-            turns.append(
-                TurnIn(str(item["speaker"]), text, f"session_{number}", str(item["dia_id"]), when)
-            )
-        for facts in (conv.get(f"session_{number}_observation") or {}).values():
-            for fact in facts:
-                refs = fact[1] if isinstance(fact[1], list) else [fact[1]]
-                # The session date makes "when" questions answerable from the fact alone.
-                text = f"({when}) {fact[0]}" if when else str(fact[0])
-                observations.append(Observation(text, str(refs[0])))
-    title = str(data.get("sample_id", f"{conv['speaker_a']} & {conv['speaker_b']}"))
-    return ParsedConversation(title, turns, observations)
 
 
 class ConversationService:

@@ -10,8 +10,10 @@
 # Retrieval is read from docs/results/locomo/hits.json (MiniLM + FAISS, computed on the CPU with
 # `inferscale eval locomo --hits ...`), so every mode answers over the same facts in the same
 # order and the device needs no embedding model. The device image lacks sqlalchemy and faiss-cpu,
-# which the harness imports: carry their cp312 wheels in .whl (the device tool's README says how)
-# and put them on PYTHONPATH before `run`.
+# which the harness imported when these runs were made: carry their cp312 wheels in .whl (the
+# device tool's README says how) and put them on PYTHONPATH before `run`. (Since the LoCoMo parser
+# moved to backend/core/locomo.py, importing the harness loads neither on the CPU; not yet re-run
+# on the device without them.)
 set -euo pipefail
 case "${1:-}" in
   stage-here)

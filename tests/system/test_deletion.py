@@ -205,10 +205,10 @@ def test_deleted_entity_takes_its_pending_jobs_and_conversations(
     is not told about it.)"""
     from dataclasses import replace
 
+    from backend.core.locomo import ParsedConversation, TurnIn
     from backend.db.models import Job
     from backend.db.session import session_scope
-    from backend.repositories.conversations import TurnIn
-    from backend.services.conversations import ConversationService, ParsedConversation
+    from backend.services.conversations import ConversationService
     from backend.services.mem0 import Mem0Service, Scope
     from worker.jobs.resources import tenant_context
 

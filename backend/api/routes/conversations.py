@@ -12,8 +12,9 @@ from backend.api.idempotency import run_idempotent
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.api.schemas.conversations import ConversationImport, ConversationOut
 from backend.api.schemas.memories import Deleted
-from backend.repositories.conversations import ConversationRepository, TurnIn
-from backend.services.conversations import ConversationService, ParsedConversation, parse_locomo
+from backend.core.locomo import ParsedConversation, TurnIn, parse_locomo
+from backend.repositories.conversations import ConversationRepository
+from backend.services.conversations import ConversationService
 
 router = APIRouter(
     prefix="/v1/conversations", tags=["conversations"], responses=error_responses(*AUTHED)
