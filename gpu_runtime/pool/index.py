@@ -49,24 +49,11 @@ from gpu_runtime.pool.entries import (
     check_tenant,
     distinct_keys,
 )
-from gpu_runtime.pool.lru import LruHeap
+from gpu_runtime.pool.lru import LruHeap, place
 from gpu_runtime.pool.slabs import SlabAllocator
 from gpu_runtime.types import FactKey, TenantId
 
 _COUNTERS = ("gpu_evictions", "host_evictions", "gpu_hits", "host_hits", "disk_hits", "misses")
-
-
-class _Replayable:
-    """An iterator's items, fetched lazily once and replayed to every later loop."""
-
-    def __init__(self, items: Iterator[Entry]) -> None:
-        self._items, self._seen = items, list[Entry]()
-
-    def __iter__(self) -> Iterator[Entry]:
-        yield from self._seen
-        for item in self._items:
-            self._seen.append(item)
-            yield item
 
 
 def _quota_slabs(quota_bytes: int | None, slab_bytes: int) -> int | None:
@@ -101,6 +88,9 @@ class ResidencyIndex:
         }
         self._entries: dict[TenantId, dict[FactKey, Entry]] = {}
         self._lru: dict[Tier, LruHeap] = {t: LruHeap() for t in MEMORY_TIERS}
+        # Each tenant's entries per tier too: a tenant at its quota evicts its own LRU entries,
+        # found without walking everyone else's.
+        self._own_lru: dict[Tier, dict[TenantId, LruHeap]] = {t: {} for t in MEMORY_TIERS}
         self._used: dict[Tier, Counter[TenantId]] = {t: Counter() for t in MEMORY_TIERS}
         self._counters: Counter[tuple[TenantId, str]] = Counter()
 
@@ -363,33 +353,46 @@ class ResidencyIndex:
         own = used[tenant]
         if pool.free_slabs >= need and (quota is None or own + need <= quota):
             return []
-        with closing(self._oldest_first(tier)) as walk:
-            return self._choose_victims(tier, tenant, need, _Replayable(walk))
+        with (
+            closing(self._oldest_first(tier, tenant)) as own_lru,
+            closing(self._oldest_first(tier)) as lru,
+        ):
+            return self._choose_victims(tier, tenant, need, own_lru, lru)
 
-    def _oldest_first(self, tier: Tier) -> Generator[Entry, None, None]:
-        """The tier's unpinned entries, least recently used first (lazily)."""
-        with closing(self._lru[tier].walk()) as walk:
+    def _oldest_first(
+        self, tier: Tier, tenant: TenantId | None = None
+    ) -> Generator[Entry, None, None]:
+        """The tier's unpinned entries (only ``tenant``'s, if given), least recently used
+        first, lazily."""
+        heap = self._lru[tier] if tenant is None else self._own_lru[tier].get(tenant, LruHeap())
+        with closing(heap.walk()) as walk:
             for entry in walk:
                 assert isinstance(entry, Entry)
                 if not entry.pins:
                     yield entry
 
     def _choose_victims(
-        self, tier: Tier, tenant: TenantId, need: int, lru: _Replayable
+        self,
+        tier: Tier,
+        tenant: TenantId,
+        need: int,
+        own_lru: Iterator[Entry],
+        lru: Iterator[Entry],
     ) -> list[Entry] | None:
-        """``_plan_room``'s choice over the tier's unpinned entries in LRU order."""
+        """``_plan_room``'s choice: first the tenant's own LRU entries down to its quota, then
+        the tier's LRU entries until the need fits (fair shares permitting)."""
         pool, used, quota = self._pools[tier], self._used[tier], self._quota[tier]
         own = used[tenant]
         victims: list[Entry] = []
         freed: Counter[TenantId] = Counter()
-        for entry in lru:
-            if quota is None or own - freed[tenant] + need <= quota:
-                break
-            if entry.key.tenant == tenant:
+        if quota is not None:  # (the walk starts only when it is needed)
+            for entry in own_lru:
+                if own - freed[tenant] + need <= quota:
+                    break
                 victims.append(entry)
                 freed[tenant] += len(entry.slabs)
-        if quota is not None and own - freed[tenant] + need > quota:
-            return None
+            if own - freed[tenant] + need > quota:
+                return None
         fair = pool.capacity_slabs // len({t for t, n in used.items() if n > 0} | {tenant})
         free = pool.free_slabs + freed.total()
         chosen = {id(e) for e in victims}
@@ -418,7 +421,9 @@ class ResidencyIndex:
         src, src_slabs = entry.tier, entry.slabs
         self._release(entry)
         entry.tier, entry.slabs = dst, slabs
+        place(entry)
         self._lru[dst].add(entry)
+        self._own_lru[dst].setdefault(entry.key.tenant, LruHeap()).add(entry)
         self._used[dst][entry.key.tenant] += len(slabs)
         if record:
             moves.append(Move(entry.key, src, dst, src_slabs, slabs))
@@ -438,6 +443,10 @@ class ResidencyIndex:
         if entry.tier in self._pools:
             self._pools[entry.tier].free(entry.slabs)
             self._lru[entry.tier].remove(entry)
+            own = self._own_lru[entry.tier]
+            own[entry.key.tenant].remove(entry)
+            if not own[entry.key.tenant]:
+                del own[entry.key.tenant]
             used = self._used[entry.tier]
             used[entry.key.tenant] -= len(entry.slabs)
             if not used[entry.key.tenant]:

@@ -5,7 +5,8 @@ promotion into a full tier cost O(n log n) under the index's lock; a chat prefet
 facts into a full GPU tier of tens of thousands of facts sorted it 50 times. This keeps a
 min-heap instead, with lazy updates so the serving path's uses stay O(1):
 
-* a record ``(tick, placement, entry)`` is pushed when the entry arrives on the tier; a use only
+* a record ``(tick, placement, entry)`` is pushed when the entry arrives on the tier (``place``
+  numbers the arrival); a use only
   raises ``entry.last_use``, so a record's tick is a lower bound of the entry's true last use;
 * a record whose entry left the tier since (``entry.placement`` changed) is stale and dropped,
   and one whose entry was used since is re-pushed with the new tick, both when they reach the
@@ -33,10 +34,18 @@ class Ranked(Protocol):
 _Record = tuple[int, int, Ranked]
 
 
-class LruHeap:
-    """Entries on one tier; ``walk`` yields them least recently used first."""
+_placements = itertools.count(1)  # process-wide: an entry never confuses two placements
 
-    _placements = itertools.count(1)  # process-wide: an entry never confuses two placements
+
+def place(entry: Ranked) -> None:
+    """Marks a new arrival of the entry on a tier: records of its earlier stays go stale. Call
+    it once per arrival, before adding the entry to the heaps that order that tier."""
+    entry.placement = next(_placements)
+
+
+class LruHeap:
+    """Entries on one tier (or one tenant's on it); ``walk`` yields them least recently used
+    first. Several heaps may hold one entry: they share its placement."""
 
     def __init__(self) -> None:
         self._heap: list[_Record] = []
@@ -46,8 +55,7 @@ class LruHeap:
         return self._live
 
     def add(self, entry: Ranked) -> None:
-        """The entry has just been placed on this tier."""
-        entry.placement = next(self._placements)
+        """The entry has just been placed on this tier (``place`` first)."""
         heapq.heappush(self._heap, (entry.last_use, entry.placement, entry))
         self._live += 1
 

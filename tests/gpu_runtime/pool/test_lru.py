@@ -13,7 +13,7 @@ import pytest
 from gpu_runtime.bench.index import SortingIndex
 from gpu_runtime.pool.entries import Tier, UnknownEntryError
 from gpu_runtime.pool.index import ResidencyIndex
-from gpu_runtime.pool.lru import LruHeap
+from gpu_runtime.pool.lru import LruHeap, place
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 pytestmark = pytest.mark.unit
@@ -34,12 +34,14 @@ def test_walk_is_least_recently_used_first_after_uses_and_moves() -> None:
     heap = LruHeap()
     items = [Item(f"i{n}", n) for n in range(5)]
     for item in reversed(items):
+        place(item)
         heap.add(item)
     assert _order(heap) == ["i0", "i1", "i2", "i3", "i4"]
     items[0].last_use, items[2].last_use = 10, 11  # used: only the tick moves
     assert _order(heap) == ["i1", "i3", "i4", "i0", "i2"]
     heap.remove(items[3])  # left the tier
     assert _order(heap) == ["i1", "i4", "i0", "i2"] and len(heap) == 4
+    place(items[3])
     heap.add(items[3])  # back again, with its old last use: it sorts by that
     assert _order(heap) == ["i1", "i3", "i4", "i0", "i2"]
 
@@ -47,16 +49,35 @@ def test_walk_is_least_recently_used_first_after_uses_and_moves() -> None:
 def test_a_walk_stopped_early_leaves_the_order_as_it_was() -> None:
     heap = LruHeap()
     for n in range(6):
-        heap.add(Item(f"i{n}", n))
+        item = Item(f"i{n}", n)
+        place(item)
+        heap.add(item)
     with closing(heap.walk()) as walk:
         assert [next(walk).name for _ in range(3)] == ["i0", "i1", "i2"]  # type: ignore[attr-defined]
     assert _order(heap) == [f"i{n}" for n in range(6)]
+
+
+def test_heaps_sharing_an_entry_agree_on_its_stay() -> None:
+    """A tier's heap and a tenant's heap hold the same entry; when it leaves the tier and comes
+    back on another tier, neither old record counts."""
+    tier, tenant, elsewhere = LruHeap(), LruHeap(), LruHeap()
+    a, b = Item("a", 1), Item("b", 2)
+    for item in (a, b):
+        place(item)
+        tier.add(item)
+        tenant.add(item)
+    tier.remove(a)
+    tenant.remove(a)
+    place(a)
+    elsewhere.add(a)  # a moved to another tier
+    assert _order(tier) == _order(tenant) == ["b"] and _order(elsewhere) == ["a"]
 
 
 def test_stale_records_are_compacted() -> None:
     heap = LruHeap()
     items = [Item(f"i{n}", n) for n in range(1000)]
     for item in items:
+        place(item)
         heap.add(item)
     for item in items[:-10]:  # the newest stay; the stale records never reach the top
         heap.remove(item)
