@@ -82,14 +82,15 @@ async def _run(args: argparse.Namespace, session: Any) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["store"]:  # its own parser, no engine
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["store"]:  # its own parser, no engine
         from gpu_runtime.bench.store import main as store
 
-        return store((sys.argv[1:] if argv is None else argv)[1:])
-    if (sys.argv[1:] if argv is None else argv)[:1] == ["index"]:  # bookkeeping alone
+        return store(given[1:])
+    if given[:1] == ["index"]:  # the residency index's bookkeeping alone
         from gpu_runtime.bench.index import main as index
 
-        return index((sys.argv[1:] if argv is None else argv)[1:])
+        return index(given[1:])
     from gpu_runtime.bench.session import add_engine_options
 
     parser = argparse.ArgumentParser(prog="inferscale bench")

@@ -22,8 +22,9 @@ Policy, per memory tier (GPU, then HOST), when an entry of tenant ``t`` needs ``
 GPU evictions are demoted to HOST under the same rules (for the evicted entry's tenant); HOST
 evictions drop to DISK. Quotas and fair shares count slabs, i.e. bytes rounded up to slabs.
 LRU order comes from an integer tick, not time, so the index is deterministic; each memory tier
-keeps its entries in that order in an ``LruHeap`` (``pool.lru``), so planning room walks only
-as far into the order as it needs instead of sorting the tier.
+keeps its entries in that order in an ``LruHeap`` (``pool.lru``), and each tenant's share of
+the tier in one more, so planning room walks only as far into the order as it needs instead of
+sorting the tier.
 
 ``remove`` of a pinned entry does not refuse (the caller could only retry): the entry is marked
 doomed, becomes invisible to lookups, keys and pins, keeps its slabs while an in-flight request
