@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 import secrets
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 PLACEHOLDER_TOKENS = frozenset({"", "changeme", "change-me", "dev-service-token", "secret"})
 DEV_SERVICE_TOKEN = "dev-service-token"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: assume it resolves to a reachable address
 
 
 def _default_home() -> Path:
@@ -40,7 +56,24 @@ def auto_dtype() -> str:
 class RuntimeSettings(BaseSettings):
     """Engine, model, KV budgets and the internal API's address and token."""
 
-    model_config = SettingsConfigDict(env_prefix="INFERSCALE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="INFERSCALE_", extra="ignore", env_ignore_empty=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Files named like the variables (INFERSCALE_SERVICE_TOKEN) in INFERSCALE_SECRETS_DIR,
+        # as docker compose's `secrets` service writes them; a variable that is set wins.
+        secrets_dir = os.environ.get("INFERSCALE_SECRETS_DIR")
+        files = SecretsSettingsSource(settings_cls, secrets_dir=secrets_dir)
+        return init_settings, env_settings, dotenv_settings, files
 
     environment: Literal["dev", "test", "prod"] = Field(
         default="dev", validation_alias="INFERSCALE_ENV"
@@ -79,11 +112,22 @@ class RuntimeSettings(BaseSettings):
     # an earlier request can never make a broken injection look right.
     scrub_injected_blocks: bool = False
 
+    @property
+    def weak_service_token(self) -> bool:
+        return self.service_token in PLACEHOLDER_TOKENS or len(self.service_token) < 16
+
+    def refuse_exposed_placeholder(self, host: str) -> None:
+        """Listening beyond loopback with a placeholder token would let anyone who reaches the
+        port read and purge every tenant's KV: refuse."""
+        if not _is_loopback(host) and self.weak_service_token:
+            raise ValueError(
+                f"refusing to listen on {host} with a placeholder INFERSCALE_SERVICE_TOKEN: set "
+                "one (or INFERSCALE_SECRETS_DIR), or listen on 127.0.0.1"
+            )
+
     @model_validator(mode="after")
     def _refuse_placeholder_token(self) -> RuntimeSettings:
-        if self.environment == "prod" and (
-            self.service_token in PLACEHOLDER_TOKENS or len(self.service_token) < 16
-        ):
+        if self.environment == "prod" and self.weak_service_token:
             raise ValueError(
                 "refusing to start in prod with a placeholder INFERSCALE_SERVICE_TOKEN "
                 f"(e.g. {secrets.token_urlsafe(24)!r})"

@@ -71,6 +71,10 @@ def prepare_smollm2(model_dir: Path) -> Path:
         (staging / READY_MARKER).write_text(
             json.dumps({"source": str(source), "dtype": "bfloat16"}) + "\n"
         )
+        # Readable by every user (a service account, a container's): mkdtemp makes the folder
+        # 0700 and some writers their files 0600.
+        for path in (staging, *staging.rglob("*")):
+            path.chmod(0o755 if path.is_dir() else 0o644)
         if model_dir.exists():
             shutil.rmtree(model_dir)
         staging.rename(model_dir)

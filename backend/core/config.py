@@ -2,21 +2,56 @@
 
 from __future__ import annotations
 
+import ipaddress
+import os
 from functools import lru_cache
 from typing import Literal
 
 from pydantic import Field, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SecretsSettingsSource,
+    SettingsConfigDict,
+)
 
 PLACEHOLDER_SECRETS = frozenset(
     {"", "changeme", "change-me", "dev-admin-key", "dev-service-token", "secret"}
 )
+SECRET_FIELDS = ("admin_api_key", "api_key_pepper", "service_token")
+# A directory of files named like the variables (INFERSCALE_ADMIN_KEY, ...), e.g. the secrets
+# `inferscale secrets init` generates in docker compose; a variable that is set wins over a file.
+SECRETS_DIR_VAR = "INFERSCALE_SECRETS_DIR"
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a listening address is reachable only from this host."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: assume it resolves to a reachable address
 
 
 class Settings(BaseSettings):
     """Everything the API, the worker and the migrations need, with local defaults that work."""
 
-    model_config = SettingsConfigDict(env_file=".env", extra="ignore", populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_file=".env", extra="ignore", populate_by_name=True, env_ignore_empty=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        secrets = SecretsSettingsSource(settings_cls, secrets_dir=os.environ.get(SECRETS_DIR_VAR))
+        return init_settings, env_settings, dotenv_settings, secrets
 
     environment: Literal["dev", "test", "prod"] = Field(
         default="dev", validation_alias="INFERSCALE_ENV"
@@ -36,6 +71,9 @@ class Settings(BaseSettings):
     task_visibility_timeout_s: int = Field(
         default=1800, ge=5, validation_alias="INFERSCALE_TASK_VISIBILITY_TIMEOUT_S"
     )
+    # A running job whose worker has not touched it for this long (its heartbeat: every quarter
+    # of it) is taken to have lost its worker and is sent again (backend.services.outbox).
+    job_stall_s: float = Field(default=120.0, ge=4, validation_alias="INFERSCALE_JOB_STALL_S")
     admin_api_key: str = Field(default="dev-admin-key", validation_alias="INFERSCALE_ADMIN_KEY")
     api_key_pepper: str = Field(default="changeme", validation_alias="INFERSCALE_KEY_PEPPER")
     # The runtime service (python -m gpu_runtime serve) and the token it requires.
@@ -60,6 +98,7 @@ class Settings(BaseSettings):
     # Where the API and the dashboard listen (`inferscale api`, `inferscale dashboard`).
     api_host: str = Field(default="127.0.0.1", validation_alias="INFERSCALE_API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, validation_alias="INFERSCALE_API_PORT")
+    dashboard_host: str = Field(default="127.0.0.1", validation_alias="INFERSCALE_DASHBOARD_HOST")
     dashboard_port: int = Field(
         default=8501, ge=1, le=65535, validation_alias="INFERSCALE_DASHBOARD_PORT"
     )
@@ -101,19 +140,30 @@ class Settings(BaseSettings):
             raise ValueError(f"runtime URLs must start with http:// or https://: {bad}")
         return self
 
+    def weak_secrets(self) -> list[str]:
+        """The variables of the secrets still at a placeholder (or too short to be one)."""
+        return [
+            str(Settings.model_fields[name].validation_alias)
+            for name in SECRET_FIELDS
+            if getattr(self, name) in PLACEHOLDER_SECRETS or len(getattr(self, name)) < 16
+        ]
+
+    def refuse_exposed_placeholders(self, host: str) -> None:
+        """A process about to listen on ``host`` beyond loopback never serves a placeholder
+        secret: anyone who reaches it would hold the admin API (every tenant's memories)."""
+        if not is_loopback(host) and (weak := self.weak_secrets()):
+            raise ValueError(
+                f"refusing to listen on {host} with placeholder secrets ({', '.join(weak)}): "
+                "set them (or INFERSCALE_SECRETS_DIR), or listen on 127.0.0.1"
+            )
+
     @model_validator(mode="after")
     def _refuse_placeholder_secrets(self) -> Settings:
         # A dev default that reaches production is a breach waiting to happen: refuse to start.
-        if self.environment == "prod":
-            weak = [
-                name
-                for name in ("admin_api_key", "api_key_pepper", "service_token")
-                if getattr(self, name) in PLACEHOLDER_SECRETS or len(getattr(self, name)) < 16
-            ]
-            if weak:
-                raise ValueError(
-                    f"refusing to start in prod with placeholder secrets: {', '.join(weak)}"
-                )
+        if self.environment == "prod" and (weak := self.weak_secrets()):
+            raise ValueError(
+                f"refusing to start in prod with placeholder secrets: {', '.join(weak)}"
+            )
         return self
 
 

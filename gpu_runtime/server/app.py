@@ -24,17 +24,33 @@ from gpu_runtime.server.state import ServerState
 logger = logging.getLogger(__name__)
 
 
+ENGINE_WATCH_S = 1.0
+
+
+def _stop_serving(state: ServerState, failure: str) -> None:
+    """The process cannot serve: stop the server; ``__main__`` then exits non-zero with
+    ``failure``, so a supervisor (compose's restart policy) restarts it."""
+    state.failure = " ".join(failure.split())
+    if state.stop_server is not None:
+        state.stop_server()
+    else:  # an app served by someone else's uvicorn: its signal handler stops it
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
 async def _start_engine(state: ServerState) -> None:
     try:
         runtime = await InjectionRuntime.start(state.settings)
         state.workers = runtime.workers
-    except Exception as exc:  # the process cannot serve: exit, so a supervisor restarts it
+    except Exception as exc:
         logger.exception("the engine did not start")
-        state.failure = f"the engine did not start: {exc}"
-        os.kill(os.getpid(), signal.SIGTERM)
+        _stop_serving(state, f"the engine did not start: {type(exc).__name__}: {exc}")
         return
     state.runtime = runtime
     logger.info("engine ready: workers %s", state.workers)
+    while not runtime.dead:  # vLLM marks the engine errored for good when its core dies
+        await asyncio.sleep(ENGINE_WATCH_S)
+    logger.error("the engine died: exiting so that the runtime is restarted")
+    _stop_serving(state, "the engine died (its core process exited)")
 
 
 def create_app(settings: RuntimeSettings | None = None) -> FastAPI:

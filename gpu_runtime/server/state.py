@@ -4,6 +4,7 @@ its engine has started (``None`` before: the API answers 503 ``not_ready``)."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,3 +21,6 @@ class ServerState:
     runtime: InjectionRuntime | None = None
     failure: str | None = None  # why the engine did not start, or stopped
     workers: list[dict[str, Any]] = field(default_factory=list)  # each rank, described at start
+    # Ends the server gracefully (``python -m gpu_runtime serve`` sets it): a failure is then an
+    # exit code of the process, not a signal it dies of.
+    stop_server: Callable[[], None] | None = None
