@@ -6,10 +6,11 @@ import socket
 from collections.abc import Callable
 from typing import Any
 
+from backend.core.config import get_settings
 from backend.services import outbox
 from worker.celery_app import celery_app
 from worker.jobs import encoding, inference, ingestion
-from worker.jobs.progress import update_job
+from worker.jobs.progress import heartbeat, update_job
 
 RETRY = {
     "bind": True,
@@ -27,9 +28,11 @@ def ping(token: str) -> dict[str, str]:
 
 
 def _attempt(task: Any, job_id: str | None, run: Callable[[], int]) -> int:
-    """Runs a job; when its last retry fails too, the job records why before Celery does."""
+    """Runs a job with its heartbeat; when its last retry fails too, the job records why before
+    Celery does."""
     try:
-        return run()
+        with heartbeat(job_id, get_settings().job_stall_s / 4):
+            return run()
     except Exception as exc:
         if task.request.retries >= task.max_retries:
             update_job(job_id, status="failed", error=f"{type(exc).__name__}: {exc}")
@@ -58,7 +61,9 @@ def extract_memories(self: Any, tenant_id: str, job_id: str) -> int:
 
 @celery_app.task(name="inferscale.relay_outbox")  # type: ignore[untyped-decorator]
 def relay_outbox() -> int:
-    """Jobs whose task did not reach the broker at commit (it was down) are sent now."""
+    """Jobs whose worker died are put back; jobs whose task did not reach the broker at commit
+    (it was down), and those, are sent now."""
+    outbox.recover_stalled(get_settings().job_stall_s)
     return outbox.relay(outbox.send_to_broker)
 
 

@@ -5,6 +5,11 @@ A job row is written in the same transaction as the rows it works on, with the t
 ``dispatched_at``; if the broker is down the write still succeeds, and the row stays
 undispatched until ``relay`` (beat, every ``RELAY_EVERY_S``) sends it. A task may so be sent
 twice (sent, then the mark failed): jobs are idempotent.
+
+A job whose worker died while running it is sent again too (``recover_stalled``): a running job's
+worker touches the row every few seconds (its heartbeat); a running job untouched for
+``INFERSCALE_JOB_STALL_S`` goes back to the queue through the outbox, at most
+``MAX_RECOVERIES`` times (a job that keeps killing its worker fails instead of looping).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ DISPATCH = "dispatch"  # payload key: {"task": name, "kwargs": {...}}
 RELAY_EVERY_S = 15.0
 RELAY_AFTER_S = 10.0  # younger undispatched jobs may still be on their way from the API
 RELAY_BATCH = 200
+MAX_RECOVERIES = 3
+RECOVERED = "recovered"  # payload key: how many times the job was taken back from a dead worker
 
 Send = Callable[[str, dict[str, Any]], None]  # (task name, kwargs) -> sent, or raises
 
@@ -95,3 +102,34 @@ def relay(send: Send, older_than_s: float = RELAY_AFTER_S) -> int:
     if sent:
         logger.info("relay: sent %d job(s) from the outbox", sent)
     return sent
+
+
+def recover_stalled(stall_s: float, max_recoveries: int = MAX_RECOVERIES) -> int:
+    """Puts each running job whose heartbeat stopped ``stall_s`` ago back in the outbox (the
+    relay sends it); returns how many. Jobs run inline (nothing to send) are left alone."""
+    cutoff = datetime.now(UTC) - timedelta(seconds=stall_s)
+    recovered = 0
+    with session_scope() as session:
+        stalled = session.scalars(
+            select(Job)
+            .where(Job.status == "running", Job.updated_at < cutoff)
+            .order_by(Job.updated_at)
+            .limit(RELAY_BATCH)
+            .with_for_update(skip_locked=True)  # a worker updating it now is alive
+        ).all()
+        for job in stalled:
+            payload = job.payload or {}
+            if not payload.get(DISPATCH):
+                continue
+            times = int(payload.get(RECOVERED, 0))
+            if times >= max_recoveries:
+                job.status = "failed"
+                job.error = f"its worker stopped while running it {times + 1} times"
+                logger.error("job %s failed: %s", job.id, job.error)
+                continue
+            job.payload = {**payload, RECOVERED: times + 1}
+            job.status, job.dispatched_at = "queued", None
+            recovered += 1
+            logger.warning("job %s: no heartbeat for %.0f s, its worker is gone: re-queued",
+                           job.id, stall_s)  # fmt: skip
+    return recovered

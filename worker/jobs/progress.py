@@ -3,11 +3,19 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
+
+from sqlalchemy import func, update
 
 from backend.db.models import Job
 from backend.db.session import session_scope
+
+logger = logging.getLogger(__name__)
 
 
 def update_job(job_id: str | None, **fields: Any) -> None:
@@ -26,3 +34,38 @@ def update_job(job_id: str | None, **fields: Any) -> None:
                 job.attempts += 1
             else:
                 setattr(job, name, value)
+
+
+def touch_job(job_id: str) -> None:
+    """The running job's heartbeat (``backend.services.outbox.recover_stalled`` reads it)."""
+    with session_scope() as session:
+        session.execute(
+            update(Job)
+            .where(Job.id == uuid.UUID(job_id), Job.status == "running")
+            .values(updated_at=func.now())
+        )
+
+
+@contextmanager
+def heartbeat(job_id: str | None, every_s: float) -> Iterator[None]:
+    """Touches the job every ``every_s`` while the block runs, from a thread of its own, so a
+    long step (a big encode batch) never looks like a dead worker."""
+    if job_id is None:
+        yield
+        return
+    stop = threading.Event()
+
+    def beat() -> None:
+        while not stop.wait(every_s):
+            try:
+                touch_job(job_id)
+            except Exception as exc:  # the database is away: the next beat tries again
+                logger.warning("job %s heartbeat failed: %s", job_id, exc)
+
+    thread = threading.Thread(target=beat, name=f"heartbeat-{job_id}", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=10)
