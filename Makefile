@@ -1,5 +1,6 @@
 # Two commands a newcomer needs: `make demo` and `make test`. The rest are their building blocks.
-.PHONY: setup services migrate demo test lint runtime api worker beat dashboard bench
+.PHONY: setup services migrate demo test lint runtime api worker beat dashboard bench \
+	compose-test compose-gpu-build
 
 setup:
 	bash scripts/setup.sh
@@ -37,3 +38,12 @@ bench:
 
 dashboard:
 	bash scripts/run.sh dashboard
+
+# docker-compose.yml for real: the CPU profile built, started, driven from outside and broken on
+# purpose (scripts/compose/test.sh; starts a private Docker engine when none answers).
+compose-test: setup
+	bash scripts/compose/test.sh
+
+# The GPU runtime's image (large: CUDA torch and vLLM); no GPU is needed to build it.
+compose-gpu-build: setup
+	bash scripts/compose/build_gpu.sh
