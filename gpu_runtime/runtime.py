@@ -13,22 +13,21 @@ KV (the connector's capture), batched by vLLM with whatever else is running.
 from __future__ import annotations
 
 import asyncio
-import enum
 import itertools
 import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
-from dataclasses import dataclass, field
 from typing import Any
 
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.connector.hints import HintSender
 from gpu_runtime.connector.wire import WIRE_KEY, encode_params
-from gpu_runtime.engine import connector_options, start_engine
+from gpu_runtime.engine import connector_options, refusal_errors, sampling_params, start_engine
 from gpu_runtime.errors import EngineError, InvalidRequestError, PromptTooLongError
-from gpu_runtime.store.stored_facts import StoredFacts
+from gpu_runtime.generation import Delta, EncodeJob, Finish, Generation, Mode, Sampling
+from gpu_runtime.store.disk.stored_facts import StoredFacts
 from gpu_runtime.types import (
     PREAMBLE_PREFIX,
     EncodingConfig,
@@ -40,72 +39,6 @@ from gpu_runtime.types import (
 )
 
 logger = logging.getLogger(__name__)
-
-
-class Mode(enum.StrEnum):
-    KV = "kv"
-    PROMPT = "prompt"
-
-
-@dataclass(frozen=True)
-class Structured:
-    """The output constrained by vLLM's structured outputs (xgrammar): a JSON schema (its JSON
-    text) or any JSON object; ``compact``: no whitespace between tokens."""
-
-    json_schema: str | None = None
-    json_object: bool = False
-    compact: bool = False
-
-
-@dataclass(frozen=True)
-class Sampling:
-    max_tokens: int = 64
-    temperature: float = 0.0
-    top_p: float = 1.0
-    seed: int | None = None
-    logprobs: int | None = None
-    stop: tuple[str, ...] = ()
-    stop_token_ids: tuple[int, ...] = ()
-    ignore_eos: bool = False
-    prefix_cache: bool = True  # False: shares no prefix-cache blocks with any other request
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    structured: Structured | None = None
-
-
-@dataclass(frozen=True)
-class Generation:
-    tenant: TenantId
-    token_ids: tuple[int, ...]
-    mode: Mode
-    segment: MemorySegment | None = None  # kv mode: the spans to inject
-    sampling: Sampling = field(default_factory=Sampling)
-
-
-@dataclass(frozen=True)
-class Delta:
-    token_ids: tuple[int, ...]
-    text: str
-    logprobs: tuple[tuple[tuple[int, float], ...], ...] | None  # per token: (id, logprob)
-
-
-@dataclass(frozen=True)
-class Finish:
-    finish_reason: str | None
-    prompt_tokens: int
-    completion_tokens: int
-    cached_tokens: int  # not computed: injected plus vLLM's prefix-cache hits
-    injected_tokens: int
-    engine_ttft_ms: float | None
-
-
-@dataclass(frozen=True)
-class EncodeJob:
-    """Prefill ``token_ids`` (``inject`` injected first, if any) and store ``capture``."""
-
-    token_ids: tuple[int, ...]
-    capture: tuple[Span, ...]
-    inject: tuple[Span, ...] = ()
 
 
 class InjectionRuntime:
@@ -327,34 +260,8 @@ class InjectionRuntime:
         sampling: Sampling,
         params: dict[str, Any] | None,
     ) -> AsyncIterator[Any]:
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
-
-        refused = _refusal_errors()
-
-        structured = None
-        if (wanted := sampling.structured) is not None:
-            structured = StructuredOutputsParams(
-                json=wanted.json_schema,
-                json_object=True if wanted.json_object else None,
-                disable_any_whitespace=wanted.compact,
-            )
-        vllm_params = SamplingParams(
-            temperature=sampling.temperature,
-            top_p=sampling.top_p,
-            seed=sampling.seed,
-            max_tokens=sampling.max_tokens,
-            logprobs=sampling.logprobs,
-            stop=list(sampling.stop) or None,
-            stop_token_ids=list(sampling.stop_token_ids) or None,
-            ignore_eos=sampling.ignore_eos,
-            presence_penalty=sampling.presence_penalty,
-            frequency_penalty=sampling.frequency_penalty,
-            structured_outputs=structured,
-            detokenize=self.detokenize,
-            output_kind=RequestOutputKind.DELTA,
-            extra_args={"kv_transfer_params": params} if params else None,
-        )
+        refused = refusal_errors()
+        vllm_params = sampling_params(sampling, self.detokenize, params)
         prompt = {"prompt_token_ids": list(token_ids), "cache_salt": salt}
         request_id = f"isr-{self._prefix}-{next(self._ids)}"
         try:
@@ -383,15 +290,3 @@ def _injected(output: Any) -> int:
     params = getattr(output, "kv_transfer_params", None) or {}
     ours = params.get(WIRE_KEY) if isinstance(params, dict) else None
     return int(ours.get("injected", 0)) if isinstance(ours, dict) else 0
-
-
-def _refusal_errors() -> tuple[type[Exception], ...]:
-    """vLLM's errors for a request it refuses (a client error, not an engine fault). vLLM 0.3x
-    has one base class; 0.26 (the GPU device's build) has only the separate classes."""
-    import vllm.exceptions as errors
-
-    base = getattr(errors, "VLLMClientError", None)
-    if base is not None:
-        return (base,)
-    names = ("VLLMValidationError", "VLLMUnprocessableEntityError", "VLLMNotFoundError")
-    return tuple(getattr(errors, name) for name in names if hasattr(errors, name))

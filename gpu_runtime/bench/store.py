@@ -32,11 +32,11 @@ import torch
 
 from gpu_runtime.bench.workload import locomo_facts
 from gpu_runtime.store.base import DurableKVStore
+from gpu_runtime.store.disk.paths import DiskLayout
+from gpu_runtime.store.disk.stored_facts import StoredFacts
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.store.files import FilePerFactKVStore
 from gpu_runtime.store.packed import PackedKVStore
-from gpu_runtime.store.paths import DiskLayout
-from gpu_runtime.store.stored_facts import StoredFacts
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 

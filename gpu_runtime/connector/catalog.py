@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 
 from gpu_runtime.connector.metadata import WorkerReport
-from gpu_runtime.pool.entries import TenantMismatchError
+from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.store.base import StoredFactsView
 from gpu_runtime.types import FactKey, TenantId
 

@@ -16,6 +16,7 @@ cache holds at the prompt positions they are injected at:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -46,6 +47,20 @@ class CacheFormat:
     @property
     def fp8(self) -> bool:
         return is_fp8(self.dtype)
+
+    @classmethod
+    def of_layers(
+        cls, dtype: torch.dtype, layers_in_order: list[Any], device: torch.device
+    ) -> CacheFormat:
+        """The cache's element type and, for FP8, each attention layer's K and V scale in layer
+        order (checkpoint scales are loaded with the weights, before the caches register)."""
+        if not is_fp8(dtype):
+            return cls(dtype)
+        k = [float(layer._k_scale_float) for layer in layers_in_order]
+        v = [float(layer._v_scale_float) for layer in layers_in_order]
+        as_tensor = torch.tensor  # [L] float32 each
+        return cls(dtype, as_tensor(k, dtype=torch.float32).to(device),
+                   as_tensor(v, dtype=torch.float32).to(device))  # fmt: skip
 
 
 class FactCodec:

@@ -1,6 +1,6 @@
 """WorkerControl: the runtime's out-of-band operations on one worker half, from plain arguments.
 
-The runtime calls them through vLLM's ``collective_rpc`` (see ``InferScaleWorkerExtension``),
+The runtime calls them through vLLM's ``collective_rpc`` (``WorkerRpc``, below),
 which runs them on every worker between engine steps; arguments arrive as JSON-like values and
 are checked here: every key must belong to the tenant the call names.
 """
@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from gpu_runtime.connector.worker import WorkerHalf
-from gpu_runtime.pool.entries import TenantMismatchError, Tier
+from gpu_runtime.errors import TenantMismatchError
+from gpu_runtime.pool.entries import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.types import FactKey, TenantId
 
@@ -101,3 +102,27 @@ class WorkerControl:
             "fused_kernel": worker.fused is not None,
             "store": type(worker.store).__name__,
         }
+
+
+class WorkerRpc:
+    """The runtime's ``collective_rpc`` surface on a worker, vLLM-free: the extension class vLLM
+    mixes into its workers (``vllm_connector.InferScaleWorkerExtension``) supplies
+    ``_inferscale``, the worker's control."""
+
+    def _inferscale(self) -> WorkerControl:
+        raise NotImplementedError
+
+    def inferscale_purge(self, tenant: str, keys: list[dict[str, Any]]) -> int:
+        return self._inferscale().purge(tenant, keys)
+
+    def inferscale_purge_tenant(self, tenant: str) -> None:
+        self._inferscale().purge_tenant(tenant)
+
+    def inferscale_demote(self, tenant: str, keys: list[dict[str, Any]], tier: str) -> None:
+        self._inferscale().demote(tenant, keys, tier)
+
+    def inferscale_placement(self, tenant: str, keys: list[dict[str, Any]]) -> list[str | None]:
+        return self._inferscale().placement(tenant, keys)
+
+    def inferscale_stats(self, tenant: str | None) -> dict[str, Any]:
+        return self._inferscale().stats(tenant)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from gpu_runtime.store.memory import PoolBudget
+from gpu_runtime.pool.budget import PoolBudget
 
 
 @dataclass(frozen=True)

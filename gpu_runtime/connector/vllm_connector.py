@@ -17,9 +17,6 @@ runs between steps, on every rank.
 from __future__ import annotations
 
 import logging
-import os
-import threading
-import time
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -33,20 +30,26 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 
 from gpu_runtime.connector.catalog import FactCatalog
 from gpu_runtime.connector.codec import CacheFormat, FactCodec
-from gpu_runtime.connector.control import WorkerControl
+from gpu_runtime.connector.control import WorkerControl, WorkerRpc
 from gpu_runtime.connector.hints import HintListener
+from gpu_runtime.connector.lifetime import exit_with_parent
 from gpu_runtime.connector.metadata import InjectionMetadata, WorkerReport
 from gpu_runtime.connector.options import ConnectorOptions
 from gpu_runtime.connector.scheduler import SchedulerHalf
 from gpu_runtime.connector.timing import timed
-from gpu_runtime.connector.wire import WIRE_KEY, TransferParams, decode_params
+from gpu_runtime.connector.wire import (
+    WIRE_KEY,
+    TransferParams,
+    params_of_request,
+    params_of_sampling,
+)
 from gpu_runtime.connector.worker import WorkerHalf, layer_order
 from gpu_runtime.errors import UnsupportedLayoutError
 from gpu_runtime.layouts import CacheGeometry, layout_for
+from gpu_runtime.pool.budget import open_store
 from gpu_runtime.rope import RopeRotator
-from gpu_runtime.store.memory import open_store
+from gpu_runtime.store.disk.stored_facts import StoredFacts
 from gpu_runtime.store.quant import FactDType, cache_fp8_dtype, is_fp8
-from gpu_runtime.store.stored_facts import StoredFacts
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -72,15 +75,6 @@ class InjectionWorkerMetadata(KVConnectorWorkerMetadata):
         if not isinstance(other, InjectionWorkerMetadata):
             return self
         return InjectionWorkerMetadata(self.report.merge(other.report))
-
-
-def _params_of(request: Any) -> TransferParams | None:
-    return decode_params(getattr(request, "kv_transfer_params", None))
-
-
-def _params_from_sampling(sampling_params: Any) -> TransferParams | None:
-    extra = getattr(sampling_params, "extra_args", None) or {}
-    return decode_params(extra.get("kv_transfer_params"))
 
 
 def _layer_hooks_run(forward_context: Any) -> bool:
@@ -144,18 +138,6 @@ def _geometry(vllm_config: Any, kv_layer: torch.Tensor) -> CacheGeometry:
     )
 
 
-def _cache_format(layers: dict[str, Any], names: list[str], geometry: CacheGeometry,
-                  device: torch.device) -> CacheFormat:  # fmt: skip
-    """The cache's element type and, for FP8, each layer's K and V scale in layer order
-    (checkpoint scales are loaded with the weights, before the caches are registered)."""
-    if not is_fp8(geometry.dtype):
-        return CacheFormat(geometry.dtype)
-    ordered = [layers[name] for name in layer_order(names)]
-    k = torch.tensor([float(layer._k_scale_float) for layer in ordered], dtype=torch.float32)
-    v = torch.tensor([float(layer._v_scale_float) for layer in ordered], dtype=torch.float32)
-    return CacheFormat(geometry.dtype, k.to(device), v.to(device))
-
-
 def _cpu_write_op(isa: str) -> Callable[..., None]:
     from vllm import _custom_ops as ops
 
@@ -182,19 +164,6 @@ def _cpu_isa(vllm_config: Any, layer: Any, geometry: CacheGeometry) -> str:
     return str(isa)
 
 
-def _exit_with_parent(parent: int) -> None:
-    """The engine core must not outlive the runtime that started it (a killed runtime would
-    otherwise leave it holding the model and the KV cache): exit once it is re-parented."""
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(0.5)
-        logger.warning("runtime process %d is gone; the engine core exits", parent)
-        os._exit(1)
-
-    threading.Thread(target=watch, name="inferscale-parent-watch", daemon=True).start()
-
-
 class InferScaleConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
@@ -216,7 +185,7 @@ class InferScaleConnector(KVConnectorBase_V1):
                 scrub=self.options.scrub_blocks,
             )
             if self.options.exit_with_parent:
-                _exit_with_parent(self.options.exit_with_parent)
+                exit_with_parent(self.options.exit_with_parent)
 
     @classmethod
     def requires_piecewise_for_cudagraph(cls, extra_config: dict[str, Any]) -> bool:
@@ -241,7 +210,8 @@ class InferScaleConnector(KVConnectorBase_V1):
         store = open_store(self.options.disk_root, self.options.budget)
         rotator = build_rotator(self._vllm_config)
         device = kv_caches[first_name].device
-        cache = _cache_format(layers, list(kv_caches), geometry, device)
+        ordered = [layers[name] for name in layer_order(list(kv_caches))]
+        cache = CacheFormat.of_layers(geometry.dtype, ordered, device)
         codec = FactCodec(cache, FactDType(self.options.fact_kv_dtype), rotator)
         self._worker = WorkerHalf(store, rotator, layout, fused=self.options.fused, codec=codec)
         self._worker.register(kv_caches, backend)
@@ -304,7 +274,7 @@ class InferScaleConnector(KVConnectorBase_V1):
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int, bool]:
         assert self._scheduler is not None
-        params = self._params(request.request_id, lambda: _params_of(request))
+        params = self._params(request.request_id, lambda: params_of_request(request))
         n = self._scheduler.num_new_matched_tokens(
             params, num_computed_tokens, len(request.prompt_token_ids)
         )
@@ -313,7 +283,7 @@ class InferScaleConnector(KVConnectorBase_V1):
     @timed("update_state_after_alloc")
     def update_state_after_alloc(self, request: Any, blocks: Any, num_external_tokens: int) -> None:
         assert self._scheduler is not None
-        params = self._params(request.request_id, lambda: _params_of(request))
+        params = self._params(request.request_id, lambda: params_of_request(request))
         self._scheduler.after_alloc(
             request.request_id, params, blocks.get_block_ids()[0], num_external_tokens
         )
@@ -324,7 +294,7 @@ class InferScaleConnector(KVConnectorBase_V1):
         scheduled: list[tuple[str, int, int]] = []
         counts = scheduler_output.num_scheduled_tokens
         for new in scheduler_output.scheduled_new_reqs:
-            params = self._params(new.req_id, partial(_params_from_sampling, new.sampling_params))
+            params = self._params(new.req_id, partial(params_of_sampling, new.sampling_params))
             self._scheduler.on_new(new.req_id, params, list(new.block_ids[0]))
             scheduled.append((new.req_id, new.num_computed_tokens, counts.get(new.req_id, 0)))
         cached = scheduler_output.scheduled_cached_reqs
@@ -357,10 +327,10 @@ class InferScaleConnector(KVConnectorBase_V1):
         return False, ({WIRE_KEY: {"injected": injected}} if injected is not None else None)
 
 
-class InferScaleWorkerExtension:
+class InferScaleWorkerExtension(WorkerRpc):
     """Methods vLLM mixes into every worker (``worker_extension_cls``), called by the runtime
-    through ``collective_rpc``. Arguments and results are plain JSON-like values: they cross
-    vLLM's process boundaries."""
+    through ``collective_rpc`` (``WorkerRpc``: plain JSON-like arguments and results, they cross
+    vLLM's process boundaries). Here: how a worker finds its connector."""
 
     def _connector(self) -> InferScaleConnector:
         from vllm.distributed.kv_transfer import get_kv_transfer_group, has_kv_transfer_group
@@ -372,21 +342,6 @@ class InferScaleWorkerExtension:
 
     def _inferscale(self) -> WorkerControl:
         return WorkerControl(self._connector().worker_half)
-
-    def inferscale_purge(self, tenant: str, keys: list[dict[str, Any]]) -> int:
-        return self._inferscale().purge(tenant, keys)
-
-    def inferscale_purge_tenant(self, tenant: str) -> None:
-        self._inferscale().purge_tenant(tenant)
-
-    def inferscale_demote(self, tenant: str, keys: list[dict[str, Any]], tier: str) -> None:
-        self._inferscale().demote(tenant, keys, tier)
-
-    def inferscale_placement(self, tenant: str, keys: list[dict[str, Any]]) -> list[str | None]:
-        return self._inferscale().placement(tenant, keys)
-
-    def inferscale_stats(self, tenant: str | None) -> dict[str, Any]:
-        return self._inferscale().stats(tenant)
 
     def inferscale_describe(self) -> dict[str, Any]:
         import vllm

@@ -79,3 +79,14 @@ def decode_params(raw: dict[str, Any] | None) -> TransferParams | None:
     inject, capture = spans(body.get("inject", [])), spans(body.get("capture", []))
     segment = MemorySegment(tenant, config, inject) if inject else None
     return TransferParams(tenant, segment, capture)
+
+
+def params_of_request(request: Any) -> TransferParams | None:
+    """A vLLM request's parameters (the scheduler half's view of it)."""
+    return decode_params(getattr(request, "kv_transfer_params", None))
+
+
+def params_of_sampling(sampling_params: Any) -> TransferParams | None:
+    """A new request's parameters as its ``SamplingParams`` carry them."""
+    extra = getattr(sampling_params, "extra_args", None) or {}
+    return decode_params(extra.get("kv_transfer_params"))

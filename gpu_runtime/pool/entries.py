@@ -8,6 +8,7 @@ import enum
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.types import FactKey, TenantId
 
 
@@ -21,10 +22,6 @@ class Tier(enum.StrEnum):
 
 MEMORY_TIERS = (Tier.GPU, Tier.HOST)
 RANK = {tier: rank for rank, tier in enumerate(Tier)}  # fastest first
-
-
-class TenantMismatchError(ValueError):
-    """A key of one tenant was used under another tenant's name."""
 
 
 class UnknownEntryError(KeyError):

@@ -21,8 +21,9 @@ from typing import cast
 import numpy as np
 import torch
 
+from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.pool.arena import Packing, PinnedFacts, SlabArena, pack, unpack
-from gpu_runtime.pool.entries import Move, TenantMismatchError, Tier, UnknownEntryError
+from gpu_runtime.pool.entries import Move, Tier, UnknownEntryError
 from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.pool.metrics import PoolMetrics
 from gpu_runtime.store.base import DurableKVStore

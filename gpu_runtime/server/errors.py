@@ -12,8 +12,8 @@ from gpu_runtime.errors import (
     InvalidRequestError,
     PromptTooLongError,
     RuntimeErrorBase,
+    TenantMismatchError,
 )
-from gpu_runtime.pool.entries import TenantMismatchError
 
 
 class NotReadyError(RuntimeErrorBase):

@@ -12,16 +12,16 @@ from fastapi import APIRouter, Query
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from gpu_runtime.client import protocol as p
-from gpu_runtime.runtime import (
+from gpu_runtime.generation import (
     Delta,
     EncodeJob,
     Finish,
     Generation,
-    InjectionRuntime,
     Mode,
     Sampling,
     Structured,
 )
+from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server import metrics
 from gpu_runtime.server.deps import RuntimeDep, ServiceTokenDep, StateDep
 from gpu_runtime.server.errors import status_of

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
+from gpu_runtime.store.disk.paths import SUFFIX, DiskLayout
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.paths import SUFFIX, DiskLayout
 from gpu_runtime.types import FactKey, TenantId
 
 

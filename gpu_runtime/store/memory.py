@@ -1,4 +1,4 @@
-"""The worker half's KV store without budgets: memory, backed by disk; and ``open_store``.
+"""The worker half's KV store without budgets: memory, backed by disk (``pool.budget`` opens it).
 
 Everything lives in process memory; with a disk root, every put is also written durably (the
 packed store) and a miss in memory is filled from disk, so earlier runs' encodings are served.
@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
 
-from gpu_runtime.pool.entries import TenantMismatchError
-from gpu_runtime.store.base import DurableKVStore, KVStore
+from gpu_runtime.errors import TenantMismatchError
+from gpu_runtime.store.base import DurableKVStore
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.packed import PackedKVStore
 from gpu_runtime.types import FactKey, TenantId
 
 
@@ -100,28 +97,4 @@ class InMemoryKVStore:
         return sorted(held)
 
 
-@dataclass(frozen=True)
-class PoolBudget:
-    gpu_bytes: int
-    host_bytes: int
-    slab_bytes: int
-    tenant_gpu_quota_bytes: int | None = None
-
-
-def open_store(disk_root: Path | str | None, budget: PoolBudget | None) -> KVStore:
-    """The worker half's store: with a disk root and a budget, the tiered pool (GPU slabs ->
-    pinned host -> disk); with a disk root only, memory backed by disk; else memory alone."""
-    if disk_root and budget is not None:
-        from gpu_runtime.pool.tensors import TieredKVPool
-
-        return TieredKVPool.create(
-            Path(disk_root),
-            budget.gpu_bytes,
-            budget.host_bytes,
-            budget.slab_bytes,
-            budget.tenant_gpu_quota_bytes,
-        )
-    return InMemoryKVStore(PackedKVStore(Path(disk_root)) if disk_root else None)
-
-
-__all__ = ["InMemoryKVStore", "PoolBudget", "TenantMismatchError", "open_store"]
+__all__ = ["InMemoryKVStore"]

@@ -26,12 +26,12 @@ from typing import Any
 
 import torch
 
-from gpu_runtime.store.compaction import Policy
+from gpu_runtime.store.disk.compaction import Policy
+from gpu_runtime.store.disk.paths import DiskLayout, tenant_dir_name
+from gpu_runtime.store.disk.records import CorruptRecordError, ExtentBody, key_bytes, key_from_bytes
+from gpu_runtime.store.disk.records import Extent as Extent
+from gpu_runtime.store.disk.tenant_log import Item, TenantLog
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.paths import DiskLayout, tenant_dir_name
-from gpu_runtime.store.records import CorruptRecordError, ExtentBody, key_bytes, key_from_bytes
-from gpu_runtime.store.records import Extent as Extent
-from gpu_runtime.store.tenant_log import Item, TenantLog
 from gpu_runtime.types import FactKey, TenantId
 
 logger = logging.getLogger(__name__)

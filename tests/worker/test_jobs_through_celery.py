@@ -17,7 +17,7 @@ from sqlalchemy import func, select
 from backend.core.paths import locomo_dir
 from backend.db.models import Fact, FactEncoding
 from backend.db.session import session_scope
-from gpu_runtime.store.compaction import segment_name
+from gpu_runtime.store.disk.compaction import segment_name
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 from tests.support import TenantHandle, encoding_config, kv_disk
 

@@ -8,12 +8,12 @@ import pytest
 
 from gpu_runtime.connector.catalog import FactCatalog
 from gpu_runtime.connector.metadata import WorkerReport
-from gpu_runtime.pool.entries import TenantMismatchError
-from gpu_runtime.store.compaction import Policy
-from gpu_runtime.store.paths import tenant_dir_name
-from gpu_runtime.store.records import key_bytes
-from gpu_runtime.store.stored_facts import StoredFacts
-from gpu_runtime.store.tenant_log import Item, TenantLog
+from gpu_runtime.errors import TenantMismatchError
+from gpu_runtime.store.disk.compaction import Policy
+from gpu_runtime.store.disk.paths import tenant_dir_name
+from gpu_runtime.store.disk.records import key_bytes
+from gpu_runtime.store.disk.stored_facts import StoredFacts
+from gpu_runtime.store.disk.tenant_log import Item, TenantLog
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 pytestmark = pytest.mark.unit

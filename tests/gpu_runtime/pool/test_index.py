@@ -15,11 +15,11 @@ from collections.abc import Callable
 
 import pytest
 
+from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.pool.entries import (
     Entry,
     Move,
     Placement,
-    TenantMismatchError,
     Tier,
     UnknownEntryError,
 )

@@ -9,7 +9,7 @@ import pytest
 
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.http import _event
-from gpu_runtime.runtime import Delta
+from gpu_runtime.generation import Delta
 from gpu_runtime.server.routes import delta_line
 
 pytestmark = pytest.mark.unit

@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.memory import InMemoryKVStore, TenantMismatchError
+from gpu_runtime.store.memory import InMemoryKVStore
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from gpu_runtime.store.compaction import Policy, segment_name
+from gpu_runtime.store.disk.compaction import Policy, segment_name
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.store.files import FilePerFactKVStore
 from gpu_runtime.store.memory import InMemoryKVStore

@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from gpu_runtime.store import compaction as plan
-from gpu_runtime.store.extent_index import INDEX_FILE, IndexFollower, TenantIndex
-from gpu_runtime.store.fileio import fsync_dir, new_index_header, replace_file, write_all
-from gpu_runtime.store.records import (
+from gpu_runtime.store.disk import compaction as plan
+from gpu_runtime.store.disk.extent_index import INDEX_FILE, IndexFollower, TenantIndex
+from gpu_runtime.store.disk.fileio import fsync_dir, new_index_header, replace_file, write_all
+from gpu_runtime.store.disk.records import (
     CorruptRecordError,
     Delete,
     Extent,
@@ -37,8 +37,8 @@ from gpu_runtime.store.records import (
     Put,
     encode_record,
 )
-from gpu_runtime.store.recovery import scan
-from gpu_runtime.store.segment_files import Held, Item, SegmentFiles
+from gpu_runtime.store.disk.recovery import scan
+from gpu_runtime.store.disk.segment_files import Held, Item, SegmentFiles
 
 LOCK_FILE = ".lock"
 _RECORD_BATCH = 1024  # entries per record when the index is rewritten

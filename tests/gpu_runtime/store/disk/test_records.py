@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_runtime.store.records import (
+from gpu_runtime.store.disk.records import (
     ALIGN,
     CorruptRecordError,
     Delete,

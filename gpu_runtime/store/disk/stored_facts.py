@@ -15,9 +15,9 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpu_runtime.store.extent_index import IndexFollower
-from gpu_runtime.store.paths import tenant_dir_name
-from gpu_runtime.store.records import Extent, key_bytes
+from gpu_runtime.store.disk.extent_index import IndexFollower
+from gpu_runtime.store.disk.paths import tenant_dir_name
+from gpu_runtime.store.disk.records import Extent, key_bytes
 from gpu_runtime.types import FactKey, TenantId
 
 DEFAULT_MAX_ENTRIES = 1 << 20  # index entries held across tenants (~300 bytes each)

@@ -12,10 +12,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpu_runtime.store import compaction as plan
-from gpu_runtime.store.extent_index import TenantIndex
-from gpu_runtime.store.fileio import fsync_dir, read_exact, write_all, zero_range
-from gpu_runtime.store.records import (
+from gpu_runtime.store.disk import compaction as plan
+from gpu_runtime.store.disk.extent_index import TenantIndex
+from gpu_runtime.store.disk.fileio import fsync_dir, read_exact, write_all, zero_range
+from gpu_runtime.store.disk.records import (
     CorruptRecordError,
     Extent,
     ExtentBody,

@@ -6,7 +6,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpu_runtime.store.records import INDEX_HEADER_BYTES, INDEX_MAGIC, CorruptRecordError
+from gpu_runtime.store.disk.records import INDEX_HEADER_BYTES, INDEX_MAGIC, CorruptRecordError
 
 _ZEROS = bytes(1 << 20)
 Buffer = bytes | bytearray | memoryview

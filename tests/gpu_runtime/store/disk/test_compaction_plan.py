@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_runtime.store import compaction as plan
-from gpu_runtime.store.extent_index import TenantIndex
-from gpu_runtime.store.records import Delete, Extent, Put
+from gpu_runtime.store.disk import compaction as plan
+from gpu_runtime.store.disk.extent_index import TenantIndex
+from gpu_runtime.store.disk.records import Delete, Extent, Put
 
 pytestmark = pytest.mark.unit
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_runtime.store.records import (
+from gpu_runtime.store.disk.records import (
     INDEX_HEADER_BYTES,
     INDEX_MAGIC,
     CorruptRecordError,

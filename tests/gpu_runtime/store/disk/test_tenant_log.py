@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.store import fileio, segment_files
-from gpu_runtime.store import tenant_log as module
-from gpu_runtime.store.compaction import Policy, segment_name
-from gpu_runtime.store.extent_index import INDEX_FILE
-from gpu_runtime.store.tenant_log import Item, TenantLog
+from gpu_runtime.store.disk import fileio, segment_files
+from gpu_runtime.store.disk import tenant_log as module
+from gpu_runtime.store.disk.compaction import Policy, segment_name
+from gpu_runtime.store.disk.extent_index import INDEX_FILE
+from gpu_runtime.store.disk.tenant_log import Item, TenantLog
 
 pytestmark = pytest.mark.unit
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpu_runtime.store.extent_index import TenantIndex
+from gpu_runtime.store.disk.extent_index import TenantIndex
 
 SEGMENT_PREFIX, SEGMENT_SUFFIX = "seg-", ".seg"
 

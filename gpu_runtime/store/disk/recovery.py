@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gpu_runtime.store.compaction import segment_name
-from gpu_runtime.store.records import (
+from gpu_runtime.store.disk.compaction import segment_name
+from gpu_runtime.store.disk.records import (
     ALIGN,
     HEAD_BYTES,
     CorruptRecordError,

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.store.compaction import Policy
-from gpu_runtime.store.paths import tenant_dir_name
-from gpu_runtime.store.records import key_bytes
-from gpu_runtime.store.stored_facts import StoredFacts
-from gpu_runtime.store.tenant_log import Item, TenantLog
+from gpu_runtime.store.disk.compaction import Policy
+from gpu_runtime.store.disk.paths import tenant_dir_name
+from gpu_runtime.store.disk.records import key_bytes
+from gpu_runtime.store.disk.stored_facts import StoredFacts
+from gpu_runtime.store.disk.tenant_log import Item, TenantLog
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 pytestmark = pytest.mark.unit
@@ -83,9 +83,9 @@ def test_followers_are_bounded(tmp_path: Path) -> None:
 
 def test_torch_free_modules_import_without_torch() -> None:
     modules = (
-        "gpu_runtime.store.stored_facts, gpu_runtime.store.tenant_log, "
-        "gpu_runtime.store.compaction, gpu_runtime.store.recovery, "
-        "gpu_runtime.store.segment_files, "
+        "gpu_runtime.store.disk.stored_facts, gpu_runtime.store.disk.tenant_log, "
+        "gpu_runtime.store.disk.compaction, gpu_runtime.store.disk.recovery, "
+        "gpu_runtime.store.disk.segment_files, "
         "gpu_runtime.connector.catalog, gpu_runtime.store.base"
     )
     probe = f"import sys, {modules}\nprint('torch' in sys.modules)"

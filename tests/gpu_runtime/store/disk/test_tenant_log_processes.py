@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from gpu_runtime.store.compaction import Policy
-from gpu_runtime.store.tenant_log import Item, TenantLog
-from tests.gpu_runtime.store.test_tenant_log import all_bytes, item, payload, read
+from gpu_runtime.store.disk.compaction import Policy
+from gpu_runtime.store.disk.tenant_log import Item, TenantLog
+from tests.gpu_runtime.store.disk.test_tenant_log import all_bytes, item, payload, read
 
 pytestmark = pytest.mark.unit
 
 POLICY = Policy(segment_bytes=32 << 10, dead_fraction=0.5, min_dead_bytes=4096)
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 
 
 def aligned_chunks(directory: Path) -> set[bytes]:
@@ -55,7 +55,7 @@ def writer_process(
     the child on the parent's socket) nor multiprocessing's spawn (which re-imports pytest's
     ``__main__``)."""
     code = (
-        "from tests.gpu_runtime.store.test_tenant_log_processes import _writer; "
+        "from tests.gpu_runtime.store.disk.test_tenant_log_processes import _writer; "
         f"_writer({str(directory)!r}, {start}, {count}, {delete_every})"
     )
     return subprocess.Popen(
