@@ -4,6 +4,7 @@
 #   gpu: the runtime on CUDA (vLLM with its CUDA torch, the project's `gpu` extra).
 # Layers go from what changes least to what changes most: system libraries, Python
 # dependencies, the default model, then the code; a code change rebuilds only the last layers.
+# The product packages and the `inferscale` command only: the tools (bench/, evals/) stay out.
 FROM python:3.11-slim AS base
 # libnuma1: vLLM-CPU's _C extension links it (without it the engine dies at import);
 # libgomp1: OpenMP for torch and FAISS.
@@ -37,8 +38,9 @@ COPY gpu_runtime ./gpu_runtime
 COPY backend ./backend
 COPY worker ./worker
 COPY dashboard ./dashboard
+COPY inferscale ./inferscale
 RUN pip install -q --no-deps --no-build-isolation -e . && python -m compileall -q backend worker \
-    gpu_runtime dashboard >/dev/null
+    gpu_runtime dashboard inferscale >/dev/null
 # vLLM-CPU sizing for small hosts (the compose file may override)
 ENV VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_NUM_OF_RESERVED_CPU=1
 USER inferscale
@@ -55,6 +57,7 @@ COPY gpu_runtime ./gpu_runtime
 COPY backend ./backend
 COPY worker ./worker
 COPY dashboard ./dashboard
+COPY inferscale ./inferscale
 RUN pip install -q --no-deps --no-build-isolation -e .
 ENV VLLM_USE_FLASHINFER_SAMPLER=0
 USER inferscale

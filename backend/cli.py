@@ -1,4 +1,6 @@
-"""``inferscale`` command line: the platform demo's client, benchmarks and evaluations."""
+"""The backend's processes and operations on the command line (``inferscale api``, ``dashboard``,
+``migrate``, ``secrets``): each says in one line why it cannot start. ``inferscale`` (the
+``inferscale`` package) adds the tools: demo, benchmarks, evaluations."""
 
 from __future__ import annotations
 
@@ -131,39 +133,8 @@ def run_migrate(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_platform_demo(args: argparse.Namespace) -> int:
-    from backend.core.config import get_settings
-    from backend.demo import run
-
-    settings = get_settings()
-    api = args.api or f"http://127.0.0.1:{settings.api_port}"
-    dashboard = f"http://127.0.0.1:{settings.dashboard_port}"
-    run(api, settings.admin_api_key, args.questions, dashboard)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    args_in = list(sys.argv[1:] if argv is None else argv)
-    if args_in[:2] == ["bench", "serve"]:  # through the API: ``inferscale bench serve --help``
-        from backend.bench.__main__ import main as serve
-
-        return serve(args_in[2:])
-    if args_in[:1] == ["bench"]:  # its own parser: ``inferscale bench --help``
-        from gpu_runtime.bench.__main__ import main as bench
-
-        return bench(args_in[1:])
-    if args_in[:1] == ["eval"]:  # its own parser: ``inferscale eval locomo --help``
-        from backend.evaluation.__main__ import main as evaluate
-
-        return evaluate(args_in[1:])
-    parser = argparse.ArgumentParser(prog="inferscale")
-    sub = parser.add_subparsers(dest="command", required=True)
-    platform = sub.add_parser(
-        "demo-platform", help="drive a running API + worker: import, encode, chat (kv vs prompt)"
-    )
-    platform.add_argument("--api", help="default: http://127.0.0.1:INFERSCALE_API_PORT")
-    platform.add_argument("--questions", type=int, default=3)
-    platform.set_defaults(func=run_platform_demo)
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The backend's processes and operations, as sub-commands (``inferscale`` adds its tools)."""
     secrets = sub.add_parser("secrets", help="generate (init) or print (show NAME) the secrets "
                              "in INFERSCALE_SECRETS_DIR")  # fmt: skip
     secrets.add_argument("action", choices=["init", "show"])
@@ -178,9 +149,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser(
         "dashboard", help="serve the dashboard (INFERSCALE_DASHBOARD_PORT)"
     ).set_defaults(func=run_dashboard)
-    sub.add_parser("bench", help="TTFT / throughput benchmarks (see `inferscale bench --help`)")
-    sub.add_parser("eval", help="quality evaluations (see `inferscale eval locomo --help`)")
-    args = parser.parse_args(args_in)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m backend.cli``: the backend's own commands (``inferscale`` is the full CLI)."""
+    parser = argparse.ArgumentParser(prog="python -m backend.cli")
+    add_commands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
     result: int = args.func(args)
     return result
 

@@ -8,7 +8,7 @@ parts=$1
 shift
 for model in "$@"; do
   mkdir -p "$OUT/$model"
-  python3 -m gpu_runtime.bench "$parts" --model ".device/models/$model" --load-format dummy \
+  python3 -m bench "$parts" --model ".device/models/$model" --load-format dummy \
     --tokenizer .device/tokenizer --repeats 10 --out "$OUT/$model" ${BENCH_ARGS:-} \
     > "$OUT/$model/bench.log" 2>&1
   echo "$model: exit $?"

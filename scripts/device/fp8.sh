@@ -30,7 +30,7 @@ case "$part" in
       set -- $setting
       out="$OUT/fp8/bench-$model-cache_$1-facts_$2"
       mkdir -p "$out"
-      python3 -m gpu_runtime.bench ttft,offload --model ".device/models/$model" \
+      python3 -m bench ttft,offload --model ".device/models/$model" \
         --load-format dummy --tokenizer .device/tokenizer --repeats 20 --ks 0,20,50,100 \
         --offload-k 50 --kv-cache-dtype "$1" --fact-kv-dtype "$2" --out "$out" \
         > "$out/bench.log" 2>&1

@@ -36,7 +36,7 @@ case "${1:-}" in
       *) echo "run grid|hybrid" >&2; exit 2 ;;
     esac
     mkdir -p "$OUT/${2:-grid}"
-    python3 -m backend.evaluation locomo "${common[@]}" "${args[@]}" --out "$OUT/${2:-grid}" \
+    python3 -m evals locomo "${common[@]}" "${args[@]}" --out "$OUT/${2:-grid}" \
       > "$OUT/${2:-grid}/eval.log" 2>&1 || echo "eval exit $?"
     tail -60 "$OUT/${2:-grid}/eval.log" ;;
   *) echo "usage: $0 stage-here|stage|run [grid|hybrid]" >&2; exit 2 ;;

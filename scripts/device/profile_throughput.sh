@@ -6,14 +6,14 @@ set -uo pipefail
 model=$1
 out=$OUT/prof
 mkdir -p "$out"
-python3 -m gpu_runtime.bench throughput --model "$model" --load-format dummy \
+python3 -m bench throughput --model "$model" --load-format dummy \
   --tokenizer .device/tokenizer --users 100 --throughput-k 50 --max-tokens 32 --rounds 6 \
   --out "$out" > "$out/bench.log" 2>&1 &
 bench=$!
 until grep -q "POST /v1/generate" "$out/runtime.log" 2>/dev/null || ! kill -0 $bench 2>/dev/null; do sleep 0.5; done
 server=$(pgrep -f "gpu_runtime serve" | head -1)
 core=$(pgrep -f "VLLM::EngineCore" | head -1)
-client=$(pgrep -f "gpu_runtime.bench" | head -1)
+client=$(pgrep -f "m bench throughput" | head -1)
 for who in client server core; do
   pid=${!who}
   timeout 20 py-spy record --pid "$pid" --duration 8 --rate 200 --format raw --nonblocking \

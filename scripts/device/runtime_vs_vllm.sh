@@ -13,7 +13,7 @@ python3 -m vllm.entrypoints.openai.api_server --model "$dir" --tokenizer .device
   --skip-tokenizer-init --load-format dummy --port 8011 --max-model-len 4096 \
   --gpu-memory-utilization 0.42 > "$out/peer.log" 2>&1 &
 peer=$!
-python3 -m gpu_runtime.bench ttft,throughput,peer --model "$dir" --load-format dummy \
+python3 -m bench ttft,throughput,peer --model "$dir" --load-format dummy \
   --tokenizer .device/tokenizer --gpu-memory-utilization 0.45 --peer-url http://127.0.0.1:8011 \
   --repeats 10 --ks 0,50,100 --peer-ks 0,50 --users 1,10,100 --rounds 2 --out "$out" \
   ${BENCH_ARGS:-} > "$out/bench.log" 2>&1

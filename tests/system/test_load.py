@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from backend.bench.serve import ServeBench, to_rows
+from bench.serve.serve import ServeBench, to_rows
 from gpu_runtime.client.launch import RuntimeProcess, free_port
 from tests.processes import api_args, spawn, wait_healthy
 from tests.support import ADMIN_KEY, locomo_opening

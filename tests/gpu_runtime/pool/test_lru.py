@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from gpu_runtime.bench.index import SortingIndex
+from bench.runtime.index import SortingIndex
 from gpu_runtime.pool.entries import Tier, UnknownEntryError
 from gpu_runtime.pool.index import ResidencyIndex
 from gpu_runtime.pool.lru import LruHeap, place

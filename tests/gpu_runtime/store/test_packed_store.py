@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bench.runtime.files_store import FilePerFactKVStore
 from gpu_runtime.store.disk.compaction import Policy, segment_name
 from gpu_runtime.store.fact_kv import FactKV
-from gpu_runtime.store.files import FilePerFactKVStore
 from gpu_runtime.store.memory import InMemoryKVStore
 from gpu_runtime.store.packed import PackedKVStore
 from gpu_runtime.store.quant import is_fp8, quantize

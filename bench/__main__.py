@@ -1,0 +1,25 @@
+"""``python -m bench`` (also ``inferscale bench``): ``serve`` (through a running API),
+``capacity`` (the pool's capacity model), anything else the runtime benchmarks' own parser."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["serve"]:
+        from bench.serve.__main__ import main as serve
+
+        return serve(given[1:])
+    if given[:1] == ["capacity"]:
+        from bench.capacity.__main__ import main as capacity
+
+        return capacity(given[1:])
+    from bench.runtime.cli import main as runtime
+
+    return runtime(given)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

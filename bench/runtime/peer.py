@@ -1,0 +1,153 @@
+"""``peer``: our runtime service against vLLM's own OpenAI server (``vllm serve``, same model
+shape, same GPU), both over HTTP from this client, in one run.
+
+* TTFT at each k, round-robin: our ``prompt`` and ``kv`` modes and the peer fed the very same
+  token ids (``/v1/completions``, a fresh ``cache_salt`` per request so that, like our cells,
+  nothing is reused from its prefix cache).
+* Throughput at ``n`` concurrent streaming users, each with its own k facts: our ``kv`` mode
+  against the peer fed the same facts as text (its prefix cache on, as deployed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+
+from bench.runtime.measure import concurrently, one, request_for, summary
+from bench.runtime.workload import Workload
+
+SIDES = ("runtime_prompt", "runtime_kv", "vllm_server")
+
+
+async def _peer_model(http: aiohttp.ClientSession, url: str, timeout_s: float = 900.0) -> str:
+    """The peer's served model, once it answers (a peer started beside us may still load)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            async with http.get(f"{url}/v1/models") as response:
+                listed = await response.json()
+            return str(listed["data"][0]["id"])
+        except (aiohttp.ClientError, KeyError, IndexError, ValueError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(2)
+
+
+async def _peer_request(
+    http: aiohttp.ClientSession, url: str, model: str, ids: list[int], max_tokens: int,
+    salt: bool, started: float,
+) -> tuple[float, float]:  # fmt: skip
+    """(TTFT ms, total ms) of one streamed completion, both from ``started``."""
+    body: dict[str, Any] = {
+        "model": model, "prompt": ids, "max_tokens": max_tokens, "stream": True,
+        "temperature": 0, "ignore_eos": True,
+    }  # fmt: skip
+    if salt:
+        body["cache_salt"] = uuid.uuid4().hex
+    first: float | None = None
+    async with http.post(f"{url}/v1/completions", json=body) as response:
+        response.raise_for_status()
+        async for raw in response.content:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if first is None and chunk.get("choices"):  # streamed once the first token is out
+                first = time.perf_counter()
+    done = time.perf_counter()
+    first = first or done
+    return (first - started) * 1000, (done - started) * 1000
+
+
+async def peer(
+    w: Workload, url: str, ks: list[int], repeats: int, users: list[int], k: int,
+    max_tokens: int, rounds: int = 1, warmup: int = 2,
+) -> dict[str, Any]:  # fmt: skip
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(timeout=timeout, connector=connector) as http:
+        model = await _peer_model(http, url)
+        samples: dict[tuple[int, str], list[float]] = {(x, s): [] for x in ks for s in SIDES}
+        for i in range(warmup + repeats):
+            for x in ks:
+                facts = list(range(x))
+                ids, _ = w.prompt(facts, w.query())
+                got = {
+                    "runtime_prompt": (await one(w, "prompt", facts)).ttft_ms,
+                    "runtime_kv": (await one(w, "kv", facts)).ttft_ms,
+                    "vllm_server": (await _peer_request(
+                        http, url, model, ids, 1, True, time.perf_counter()))[0],
+                }  # fmt: skip
+                if i >= warmup:
+                    for side, value in got.items():
+                        samples[(x, side)].append(value)
+        ttft: list[dict[str, Any]] = [
+            {"k": x, "side": side, "ttft_ms": summary(samples[(x, side)])}
+            for x in ks for side in SIDES
+        ]  # fmt: skip
+        for row in ttft:
+            print(f"peer ttft k={row['k']:<3} {row['side']:<15} {row['ttft_ms']['median']:.2f} ms")
+        rows = []
+        pool = len(w.facts)
+        for n in users:
+            kv_elapsed = peer_elapsed = 0.0
+            kv_ttft: list[float] = []
+            peer_ttft: list[float] = []
+            for _ in range(rounds):
+                mine, theirs = [], []
+                for u in range(n):
+                    fact_ids = sorted({(u * 7 + j) % pool for j in range(k)})
+                    request, hint = request_for(w, "kv", fact_ids, max_tokens)
+                    request.sampling.prefix_cache = True
+                    mine.append((request, hint))
+                    theirs.append(w.prompt(fact_ids, w.query())[0])
+                seconds, ttfts = await concurrently(w, mine)
+                kv_elapsed += seconds
+                kv_ttft += ttfts
+                started = time.perf_counter()
+                done = await asyncio.gather(
+                    *(_peer_request(http, url, model, ids, max_tokens, False, started)
+                      for ids in theirs)
+                )  # fmt: skip
+                peer_elapsed += max(total for _, total in done) / 1000
+                peer_ttft += [first for first, _ in done]
+            ours_rate, peer_rate = n * rounds / kv_elapsed, n * rounds / peer_elapsed
+            cell: dict[str, Any] = {
+                "users": n, "k": k, "max_tokens": max_tokens, "rounds": rounds,
+                "runtime_kv_requests_per_s": ours_rate, "vllm_server_requests_per_s": peer_rate,
+                "ratio": ours_rate / peer_rate,
+                "runtime_kv_ttft_ms": summary(kv_ttft), "vllm_server_ttft_ms": summary(peer_ttft),
+            }  # fmt: skip
+            rows.append(cell)
+            print(f"peer throughput users={n:<3} kv/vllm {cell['ratio']:.2f}x", flush=True)
+    return {"peer_model": model, "ttft": ttft, "throughput": rows}
+
+
+def peer_table(result: dict[str, Any]) -> str:
+    data = result.get("peer")
+    if not data:
+        return ""
+    by = {(r["k"], r["side"]): r["ttft_ms"]["median"] for r in data["ttft"]}
+    lines = [
+        "| k | runtime prompt ms | vLLM server ms | prompt - server ms | runtime kv ms |",
+        "|---|---|---|---|---|",
+    ]
+    for k in sorted({r["k"] for r in data["ttft"]}):
+        ours, theirs, kv = by[(k, "runtime_prompt")], by[(k, "vllm_server")], by[(k, "runtime_kv")]
+        lines.append(f"| {k} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | {kv:.2f} |")
+    lines += [
+        "",
+        "| users | k | runtime kv req/s | vLLM server req/s (facts as text) | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for r in data["throughput"]:
+        lines.append(
+            f"| {r['users']} | {r['k']} | {r['runtime_kv_requests_per_s']:.1f} | "
+            f"{r['vllm_server_requests_per_s']:.1f} | {r['ratio']:.2f}x |"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,62 @@
+"""``inferscale bench serve``: concurrent OpenAI-SDK clients through a running API.
+
+make demo INFERSCALE_DEMO_KEEP=1 &     # or any running stack
+inferscale bench serve --users 1,10,50,100 --ks 0,10,50 --out runs/serve
+inferscale bench serve --users 200 --ks 50 --modes kv --tenants 20   # spread over replicas
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+from pathlib import Path
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",") if x]
+
+
+def main(argv: list[str] | None = None) -> int:
+    from backend.core.config import get_settings
+    from backend.core.paths import locomo_dir
+
+    settings = get_settings()
+    parser = argparse.ArgumentParser(prog="inferscale bench serve")
+    parser.add_argument("--api", default=f"http://127.0.0.1:{settings.api_port}")
+    parser.add_argument("--users", default="1,10,50,100")
+    parser.add_argument("--ks", default="0,10,50")
+    parser.add_argument("--modes", default="kv,prompt")
+    parser.add_argument("--requests-per-user", type=int, default=3)
+    # Users are spread round-robin over this many tenants (runtime replicas serve tenants).
+    parser.add_argument("--tenants", type=int, default=1)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--conversation", default=str(locomo_dir() / "conv-30.json"))
+    parser.add_argument("--out", type=Path, default=Path("runs/serve"))
+    args = parser.parse_args(argv)
+
+    import httpx
+
+    from bench.serve.report import markdown, write
+    from bench.serve.serve import ServeBench, to_rows
+
+    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens)
+    bench.prepare(Path(args.conversation), tenants=args.tenants)
+    cells = asyncio.run(
+        bench.run(_ints(args.users), _ints(args.ks), args.modes.split(","), args.requests_per_user)
+    )
+    ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
+    result = {
+        "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",
+        "api": args.api, "readyz": ready, "max_tokens": args.max_tokens,
+        "requests_per_user": args.requests_per_user, "tenants": args.tenants,
+        "cells": to_rows(cells),
+    }  # fmt: skip
+    paths = write(result, args.out)
+    print(markdown(result))
+    print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

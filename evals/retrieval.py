@@ -1,0 +1,63 @@
+"""The evaluation's retrieval: each question's top facts (best first) by MiniLM + exact FAISS
+search over its conversation's facts, as the platform retrieves a user's memories.
+
+Retrieval is deterministic, so it can run once here and travel as a file (``--hits``): a run on
+another machine (the GPU host) then answers the very same questions over the very same facts in
+the same order, without the embedding model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from evals.dataset import Conversation, Question
+
+if TYPE_CHECKING:
+    from backend.retrieval.embedder import Embedder
+
+# conversation sample -> question index -> fact ids, best first
+Hits = dict[str, dict[int, list[int]]]
+
+
+class Retrieval:
+    def __init__(self, path: Path | None = None, embedder: Embedder | None = None) -> None:
+        """``path``: a hits file to read (if it exists) and to write what is computed."""
+        self.path = path
+        self._embedder = embedder
+        self.hits: Hits = {}
+        if path is not None and path.is_file():
+            raw = json.loads(path.read_text())
+            self.hits = {s: {int(q): ids for q, ids in qs.items()} for s, qs in raw.items()}
+        self.computed = False
+
+    def top(self, conv: Conversation, questions: Sequence[Question], k: int) -> list[list[int]]:
+        """Each question's top ``k`` fact ids, from the file when it holds them."""
+        known = self.hits.get(conv.sample, {})
+        if all(len(known.get(q.index, [])) >= min(k, len(conv.facts)) for q in questions):
+            return [known[q.index][:k] for q in questions]
+        found = self._search(conv, questions, k)
+        self.hits.setdefault(conv.sample, {}).update(
+            {q.index: ids for q, ids in zip(questions, found, strict=True)}
+        )
+        self.computed = True
+        return found
+
+    def save(self) -> None:
+        if self.path is not None and self.computed:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(json.dumps(self.hits, sort_keys=True) + "\n")
+
+    def _search(self, conv: Conversation, questions: Sequence[Question], k: int) -> list[list[int]]:
+        from backend.retrieval.embedder import get_embedder
+        from backend.retrieval.index import FactIndex, IndexKey
+        from gpu_runtime.types import TenantId
+
+        embedder = self._embedder = self._embedder or get_embedder()
+        index = FactIndex(embedder.dim, use_gpu=False)
+        key = IndexKey(TenantId("locomo-eval"), conv.sample)
+        index.rebuild(key, range(len(conv.facts)), embedder.embed(conv.facts), revision=0)
+        vectors = embedder.embed([q.text for q in questions])
+        return [[fid for fid, _ in index.search(key, v, k)] for v in vectors]

@@ -1,1 +1,0 @@
-"""Benchmarks of the runtime: TTFT vs k and throughput vs users, kv vs prompt injection."""

@@ -1,0 +1,39 @@
+"""A tiny ``inferscale bench serve`` against a running stack (API over HTTP, Celery worker,
+runtime), so the harness cannot rot. No speed is asserted here."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.serve.report import write
+from bench.serve.serve import PARTS, ServeBench, to_rows
+from tests.support import ADMIN_KEY, locomo_opening
+
+pytestmark = pytest.mark.broker
+
+
+def test_serve_bench_measures_ttft_parts_and_health(
+    served_api: str, celery_worker_process: Any, tmp_path: Path
+) -> None:
+    bench = ServeBench(served_api, ADMIN_KEY, max_tokens=4)
+    bench.prepare(locomo_opening(tmp_path / "opening.json"), log=lambda _: None, tenants=2)
+    assert len(bench.keys) == 2  # users alternate between two tenants
+    cells = asyncio.run(bench.run([1, 2], [0, 2], ["kv", "prompt"], per_user=1))
+    rows = to_rows(cells)
+    assert {(r["users"], r["k"], r["mode"]) for r in rows} == {
+        (u, k, m) for u in (1, 2) for k in (0, 2) for m in ("kv", "prompt")
+    }
+    for r in rows:
+        assert r["failures"] == 0 and r["requests"] == r["users"]
+        parts = r["parts_median_ms"]
+        assert set(parts) == set(PARTS) and parts["engine_ttft"] > 0
+        assert r["client_ttft_ms"]["median"] >= parts["engine_ttft"]  # the runtime's is a part
+        assert r["k"] == 0 or parts["search"] > 0
+        assert r["healthz_ms"]["n"] > 0  # /healthz was probed while the cell ran
+    paths = write({"model": "m", "device": "cpu", "cells": rows}, tmp_path / "out")
+    assert {p.name for p in paths} >= {"serve.json", "serve.md"}
+    assert "API adds" in (tmp_path / "out" / "serve.md").read_text()
