@@ -9,7 +9,6 @@ from fastapi import FastAPI
 
 from backend.api.errors import install_error_handlers
 from backend.api.middleware import BodyLimit, RequestMetrics, UnhandledErrors
-from backend.api.resources import Resources
 from backend.api.routes import (
     admin,
     admin_memories,
@@ -25,7 +24,8 @@ from backend.api.routes import (
     replicas,
 )
 from backend.core.config import Settings, get_settings
-from backend.engine_client import EngineClient
+from backend.resources import Resources
+from backend.runtime.client import EngineClient
 
 
 def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> FastAPI:

@@ -156,7 +156,7 @@ def kv_disk() -> Any:
 def encoding_config() -> EncodingConfig:
     """The config the backend encodes under: its w and version, the runtime's model."""
     from backend.core.config import get_settings
-    from backend.engine_client import EngineClient
+    from backend.runtime.client import EngineClient
 
     return EngineClient(get_settings()).encoding_config()
 

@@ -1,4 +1,5 @@
-"""Celery tasks: thin, named, take ids only; the work lives in ``worker.jobs``."""
+"""Celery tasks: thin, named by ``TaskName``, taking ids only; each runs a use case of
+``backend.jobs`` (``_attempt``: with its heartbeat, and the last retry's failure recorded)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from collections.abc import Callable
 from typing import Any
 
 from backend.core.config import get_settings
-from backend.services import outbox
+from backend.db.models import JobStatus
+from backend.jobs import encoding, extraction, ingestion
+from backend.jobs.pipeline import outbox
+from backend.jobs.pipeline.broker import send_to_broker
+from backend.jobs.pipeline.progress import heartbeat, update_job
+from backend.jobs.pipeline.tasks import TaskName
 from worker.celery_app import celery_app
-from worker.jobs import encoding, inference, ingestion
-from worker.jobs.progress import heartbeat, update_job
 
 RETRY = {
     "bind": True,
@@ -21,7 +25,7 @@ RETRY = {
 }
 
 
-@celery_app.task(name="inferscale.ping")  # type: ignore[untyped-decorator]
+@celery_app.task(name=TaskName.PING)  # type: ignore[untyped-decorator]
 def ping(token: str) -> dict[str, str]:
     """Health round trip: proves the broker delivers and a worker answers."""
     return {"token": token, "worker": socket.gethostname()}
@@ -35,16 +39,16 @@ def _attempt(task: Any, job_id: str | None, run: Callable[[], int]) -> int:
             return run()
     except Exception as exc:
         if task.request.retries >= task.max_retries:
-            update_job(job_id, status="failed", error=f"{type(exc).__name__}: {exc}")
+            update_job(job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
         raise
 
 
-@celery_app.task(name="inferscale.encode_facts", **RETRY)  # type: ignore[untyped-decorator]
+@celery_app.task(name=TaskName.ENCODE_FACTS, **RETRY)  # type: ignore[untyped-decorator]
 def encode_facts(self: Any, tenant_id: str, fact_ids: list[str], job_id: str | None = None) -> int:
     return _attempt(self, job_id, lambda: encoding.encode_facts(tenant_id, fact_ids, job_id))
 
 
-@celery_app.task(name="inferscale.ingest_conversation", **RETRY)  # type: ignore[untyped-decorator]
+@celery_app.task(name=TaskName.INGEST_CONVERSATION, **RETRY)  # type: ignore[untyped-decorator]
 def ingest_conversation(
     self: Any, tenant_id: str, conversation_id: str, job_id: str | None = None
 ) -> int:
@@ -53,20 +57,20 @@ def ingest_conversation(
     )
 
 
-@celery_app.task(name="inferscale.extract_memories", **RETRY)  # type: ignore[untyped-decorator]
+@celery_app.task(name=TaskName.EXTRACT_MEMORIES, **RETRY)  # type: ignore[untyped-decorator]
 def extract_memories(self: Any, tenant_id: str, job_id: str) -> int:
     """Mem0's infer=true add: facts extracted and reconciled by the served model."""
-    return _attempt(self, job_id, lambda: inference.extract_memories(tenant_id, job_id))
+    return _attempt(self, job_id, lambda: extraction.extract_memories(tenant_id, job_id))
 
 
-@celery_app.task(name="inferscale.relay_outbox")  # type: ignore[untyped-decorator]
+@celery_app.task(name=TaskName.RELAY_OUTBOX)  # type: ignore[untyped-decorator]
 def relay_outbox() -> int:
     """Jobs whose worker died are put back; jobs whose task did not reach the broker at commit
     (it was down), and those, are sent now."""
     outbox.recover_stalled(get_settings().job_stall_s)
-    return outbox.relay(outbox.send_to_broker)
+    return outbox.relay(send_to_broker)
 
 
-@celery_app.task(name="inferscale.reencode_stale")  # type: ignore[untyped-decorator]
+@celery_app.task(name=TaskName.REENCODE_STALE)  # type: ignore[untyped-decorator]
 def reencode_stale() -> int:
     return encoding.reencode_stale()

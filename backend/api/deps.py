@@ -11,13 +11,13 @@ from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
-from backend.api.resources import Resources
 from backend.core.config import Settings
 from backend.db.session import commit, session_factory
 from backend.errors import ForbiddenError, NotFoundError, UnauthorizedError
 from backend.repositories.tenants import ApiKeyRepository, TenantRepository
+from backend.resources import Resources
 from backend.services.context import TenantContext
-from backend.services.outbox import send_to_broker
+from backend.services.tenants import TenantService
 from gpu_runtime.types import TenantId
 
 
@@ -120,14 +120,7 @@ TenantDep = Annotated[TenantId, Depends(require_tenant)]
 def get_tenant_context(
     session: SessionDep, tenant: TenantDep, resources: ResourcesDep
 ) -> TenantContext:
-    return TenantContext(
-        session=session,
-        tenant=tenant,
-        index=resources.index,
-        embedder=resources.embedder,
-        engine=resources.engine,
-        enqueue=send_to_broker,
-    )
+    return resources.tenant_context(session, tenant)
 
 
 TenantContextDep = Annotated[TenantContext, Depends(get_tenant_context)]
@@ -140,17 +133,19 @@ def get_admin_tenant_context(
     path, which must exist; the same services and checks as the tenant's own key."""
     if TenantRepository(session).get(tenant_id) is None:
         raise NotFoundError(f"tenant {tenant_id} not found")
-    return TenantContext(
-        session=session,
-        tenant=TenantId(str(tenant_id)),
-        index=resources.index,
-        embedder=resources.embedder,
-        engine=resources.engine,
-        enqueue=send_to_broker,
-    )
+    return resources.tenant_context(session, TenantId(str(tenant_id)))
 
 
 AdminTenantContextDep = Annotated[TenantContext, Depends(get_admin_tenant_context)]
+
+
+def get_tenant_service(
+    session: SessionDep, settings: SettingsDep, resources: ResourcesDep
+) -> TenantService:
+    return TenantService(session, settings.api_key_pepper, resources.engine, resources.index)
+
+
+TenantServiceDep = Annotated[TenantService, Depends(get_tenant_service)]
 
 IdempotencyKeyDep = Annotated[
     str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)

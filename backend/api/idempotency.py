@@ -1,5 +1,5 @@
-"""``Idempotency-Key`` on writes: the first response is stored with the write, in the same
-transaction, and replayed for a retry with the same key and body."""
+"""``Idempotency-Key`` on writes, over HTTP: the request's hash, the action run once, its response
+stored with the write (``services.idempotency``) and replayed for a retry."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from backend.api.deps import commit
-from backend.errors import ConflictError
-from backend.repositories.requests import IdempotencyRepository
+from backend.services.idempotency import IdempotencyService, StoredResponse
 
 
 def run_idempotent(
@@ -32,14 +31,11 @@ def run_idempotent(
     request_hash = hashlib.sha256(
         json.dumps(jsonable_encoder(request), sort_keys=True).encode()
     ).hexdigest()
-    records = IdempotencyRepository(session, scope)
-    previous = records.get(key)
+    stored = IdempotencyService(session, scope)
+    previous = stored.replay(key, request_hash)
     if previous is not None:
-        if previous.request_hash != request_hash:
-            raise ConflictError("this Idempotency-Key was used with a different request")
         return JSONResponse(previous.body, status_code=previous.status_code)
-    body = jsonable_encoder(action())
-    if not records.save(key, request_hash, status_code, body):
-        raise ConflictError("a request with this Idempotency-Key is already in progress")
+    response = StoredResponse(status_code, jsonable_encoder(action()))
+    stored.remember(key, request_hash, response)
     commit(session)
-    return JSONResponse(body, status_code=status_code)
+    return JSONResponse(response.body, status_code=response.status_code)

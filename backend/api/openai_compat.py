@@ -8,8 +8,8 @@ from typing import Any
 
 from backend.api.schemas.chat import ChatCompletionRequest
 from backend.core.config import Settings
-from backend.engine_client import EngineClient
 from backend.errors import BadRequestError, ModelNotFoundError
+from backend.runtime.client import EngineClient
 from gpu_runtime.client import protocol as p
 
 

@@ -72,7 +72,7 @@ class Settings(BaseSettings):
         default=1800, ge=5, validation_alias="INFERSCALE_TASK_VISIBILITY_TIMEOUT_S"
     )
     # A running job whose worker has not touched it for this long (its heartbeat: every quarter
-    # of it) is taken to have lost its worker and is sent again (backend.services.outbox).
+    # of it) is taken to have lost its worker and is sent again (backend.jobs.pipeline.outbox).
     job_stall_s: float = Field(default=120.0, ge=4, validation_alias="INFERSCALE_JOB_STALL_S")
     admin_api_key: str = Field(default="dev-admin-key", validation_alias="INFERSCALE_ADMIN_KEY")
     api_key_pepper: str = Field(default="changeme", validation_alias="INFERSCALE_KEY_PEPPER")

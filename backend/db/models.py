@@ -3,6 +3,7 @@ in ``backend.repositories`` are the only code that queries them, always scoped b
 
 from __future__ import annotations
 
+import enum
 import uuid
 from datetime import datetime
 from typing import Any
@@ -27,6 +28,27 @@ from sqlalchemy.orm import Mapped, mapped_column
 from backend.db.base import Base
 
 TENANT_FK = "tenants.id"
+
+
+class EncodingStatus(enum.StrEnum):
+    """A fact version's KV under one encoding config."""
+
+    PENDING = "pending"  # a job will (re-)encode it
+    READY = "ready"  # stored: chats inject it
+    FAILED = "failed"
+
+
+class JobStatus(enum.StrEnum):
+    QUEUED = "queued"  # written; its task sent or waiting in the outbox
+    RUNNING = "running"  # a worker holds it (and touches it: its heartbeat)
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class JobKind(enum.StrEnum):
+    ENCODE_FACTS = "encode_facts"
+    INGEST_CONVERSATION = "ingest_conversation"
+    EXTRACT_MEMORIES = "extract_memories"
 
 
 def _now_column() -> Mapped[datetime]:
@@ -174,7 +196,7 @@ class FactEncoding(Base):
     model: Mapped[str] = mapped_column(String(200))
     window: Mapped[int] = mapped_column(Integer)
     encoding_version: Mapped[int] = mapped_column(Integer)
-    status: Mapped[str] = mapped_column(String(16), default="pending")  # pending|ready|failed
+    status: Mapped[str] = mapped_column(String(16), default=EncodingStatus.PENDING)
     nbytes: Mapped[int] = mapped_column(BigInteger, default=0)
     tier: Mapped[str] = mapped_column(String(16), default="")
     error: Mapped[str] = mapped_column(Text, default="")
@@ -185,7 +207,7 @@ class FactEncoding(Base):
 
 class Job(Base):
     __tablename__ = "jobs"
-    __table_args__ = (  # the outbox relay's scan (backend.services.outbox)
+    __table_args__ = (  # the outbox relay's scan (backend.jobs.pipeline.outbox)
         Index("ix_jobs_undispatched", "created_at", postgresql_where=text("dispatched_at IS NULL")),
     )
 
@@ -193,8 +215,8 @@ class Job(Base):
     tenant_id: Mapped[uuid.UUID | None] = mapped_column(
         ForeignKey(TENANT_FK, ondelete="CASCADE"), index=True
     )
-    kind: Mapped[str] = mapped_column(String(32))
-    status: Mapped[str] = mapped_column(String(16), default="queued")
+    kind: Mapped[str] = mapped_column(String(32))  # a JobKind
+    status: Mapped[str] = mapped_column(String(16), default=JobStatus.QUEUED)
     progress_done: Mapped[int] = mapped_column(Integer, default=0)
     progress_total: Mapped[int] = mapped_column(Integer, default=0)
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, default=dict)

@@ -1,15 +1,11 @@
-"""Fact encodings (which KV exists for which fact version and config) and jobs."""
+"""Fact encodings: which KV exists for which fact version and config."""
 
 from __future__ import annotations
 
-import uuid
-from typing import Any
-
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
 
-from backend.db.models import Fact, FactEncoding, Job
+from backend.db.models import EncodingStatus, Fact, FactEncoding
 from backend.repositories.base import TenantScoped
 from gpu_runtime.types import EncodingConfig
 
@@ -26,7 +22,7 @@ class EncodingRepository(TenantScoped):
                 model=config.model,
                 window=config.window,
                 encoding_version=config.version,
-                status="pending",
+                status=EncodingStatus.PENDING,
             )
             .on_conflict_do_nothing()
         )
@@ -69,7 +65,7 @@ class EncodingRepository(TenantScoped):
                     FactEncoding.model == config.model,
                     FactEncoding.window == config.window,
                     FactEncoding.encoding_version == config.version,
-                    FactEncoding.status == "ready",
+                    FactEncoding.status == EncodingStatus.READY,
                 )
                 .order_by(Fact.id)
                 .limit(limit)
@@ -87,7 +83,7 @@ class EncodingRepository(TenantScoped):
                 FactEncoding.model == config.model,
                 FactEncoding.window == config.window,
                 FactEncoding.encoding_version == config.version,
-                FactEncoding.status == "ready",
+                FactEncoding.status == EncodingStatus.READY,
             )
             .exists()
         )
@@ -99,65 +95,3 @@ class EncodingRepository(TenantScoped):
                 .limit(limit)
             )
         )
-
-
-class JobRepository:
-    """Jobs may be tenant-owned or platform-wide (tenant None, e.g. scheduled re-encoding)."""
-
-    def __init__(self, session: Session, tenant_id: uuid.UUID | None) -> None:
-        self.session = session
-        self.tenant_id = tenant_id
-
-    def create(self, kind: str, payload: dict[str, Any], total: int = 0) -> Job:
-        job = Job(
-            tenant_id=self.tenant_id,
-            kind=kind,
-            payload=payload,
-            progress_total=total,
-            status="queued",
-        )
-        self.session.add(job)
-        self.session.flush()
-        return job
-
-    def get(self, job_id: uuid.UUID) -> Job | None:
-        job = self.session.get(Job, job_id)
-        if job is None or (self.tenant_id is not None and job.tenant_id != self.tenant_id):
-            return None
-        return job
-
-    def cancel_extractions(self, scope_field: str, value: str) -> int:
-        """``infer=true`` jobs of that entity not yet applied: they keep no messages and will
-        add nothing (the entity is being deleted). The rows are locked, so a worker applying one
-        right now either finished first (its memories are then deleted with the rest) or finds
-        it cancelled."""
-        jobs = self.session.scalars(
-            select(Job)
-            .where(
-                Job.tenant_id == self.tenant_id,
-                Job.kind == "extract_memories",
-                Job.payload["scope"][scope_field].astext == value,
-            )
-            .with_for_update()
-        )
-        cancelled = 0
-        for job in jobs:
-            if (job.payload or {}).get("applied"):
-                continue
-            job.payload = {"scope": job.payload["scope"], "applied": True, "results": []}
-            job.status, job.error = "failed", "cancelled: its entity was deleted before it ran"
-            cancelled += 1
-        return cancelled
-
-    def close_ingestion(self, conversation_id: uuid.UUID) -> None:
-        """The conversation's ingestion jobs keep no texts and have nothing left to do (it is
-        being deleted): a job still queued finds itself ingested and creates nothing."""
-        jobs = self.session.scalars(
-            select(Job).where(
-                Job.tenant_id == self.tenant_id,
-                Job.kind == "ingest_conversation",
-                Job.payload["conversation_id"].astext == str(conversation_id),
-            )
-        )
-        for job in jobs:
-            job.payload = {**(job.payload or {}), "observations": [], "ingested": True}

@@ -8,7 +8,15 @@ from typing import Any
 from sqlalchemy import func, select, true
 from sqlalchemy.orm import Session
 
-from backend.db.models import EndUser, Fact, FactEncoding, Job, RequestLog, Tenant
+from backend.db.models import (
+    EncodingStatus,
+    EndUser,
+    Fact,
+    FactEncoding,
+    Job,
+    RequestLog,
+    Tenant,
+)
 from gpu_runtime.types import EncodingConfig
 
 
@@ -47,7 +55,7 @@ class OverviewRepository:
             )
             .join(Fact, Fact.id == FactEncoding.fact_id)
             .where(
-                FactEncoding.status == "ready",
+                FactEncoding.status == EncodingStatus.READY,
                 current,
                 FactEncoding.fact_version == Fact.version,
                 Fact.deleted_at.is_(None),
@@ -60,7 +68,9 @@ class OverviewRepository:
             select(FactEncoding.fact_id)
             .join(Fact, Fact.id == FactEncoding.fact_id)
             .where(
-                FactEncoding.status == "failed", FactEncoding.fact_version == Fact.version, current
+                FactEncoding.status == EncodingStatus.FAILED,
+                FactEncoding.fact_version == Fact.version,
+                current,
             )
             .group_by(FactEncoding.fact_id)
             .subquery()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import func, or_, select
@@ -40,6 +41,9 @@ class TenantRepository:
             live.order_by(Tenant.created_at, Tenant.id).offset(page.offset).limit(page.limit)
         )
         return list(rows), total
+
+    def live_ids(self) -> Sequence[uuid.UUID]:
+        return self.session.scalars(select(Tenant.id).where(Tenant.deleted_at.is_(None))).all()
 
     def delete(self, tenant: Tenant) -> None:
         """Every row of the tenant goes with it (foreign keys cascade: keys, users, turns,

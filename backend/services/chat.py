@@ -15,8 +15,10 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from backend.engine_client import EngineClient
+from backend.db.session import session_scope
 from backend.errors import ContextLengthError, InvalidRequestError
+from backend.repositories.requests import RequestLogRepository
+from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
 from backend.services.memories import MemoryService, fact_key
 from gpu_runtime.client import protocol as p
@@ -188,3 +190,19 @@ class Stopwatch:
         now = time.perf_counter()
         self.laps[name] = self.laps.get(name, 0.0) + (now - self._last) * 1000
         self._last = now
+
+
+def log_request(tenant: TenantId, run: ChatRun) -> None:
+    """The request log's row for a finished chat, in its own transaction (the request's is
+    closed by the time the answer is out)."""
+    with session_scope() as session:
+        RequestLogRepository(session, tenant).record(
+            user_external_id=run.request.user or "",
+            k=run.k,
+            mode=run.request.mode.value,
+            injected_tokens=run.injected_tokens,
+            ttft_ms=run.ttft_ms or 0.0,
+            total_ms=run.total_ms or 0.0,
+            prompt_tokens=run.prompt_tokens,
+            completion_tokens=run.completion_tokens,
+        )

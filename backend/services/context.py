@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session
 
 from backend.db.session import after_commit, run_after_commit
-from backend.engine_client import EngineClient
+from backend.jobs.pipeline.outbox import Send
 from backend.retrieval.embedder import Embedder
 from backend.retrieval.index import FactIndex
-from backend.services.outbox import Send
+from backend.runtime.client import EngineClient
 from gpu_runtime.types import TenantId
 
 
@@ -21,7 +21,7 @@ class TenantContext:
     index: FactIndex
     embedder: Embedder
     engine: EngineClient
-    enqueue: Send  # (task name, kwargs) to the broker; services go through backend.services.outbox
+    enqueue: Send  # (task name, kwargs) to the broker, through backend.jobs.pipeline.outbox
 
 
 __all__ = ["TenantContext", "after_commit", "run_after_commit"]

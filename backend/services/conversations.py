@@ -5,16 +5,15 @@ from __future__ import annotations
 import uuid
 
 from backend.core.locomo import ParsedConversation
-from backend.db.models import Conversation, Job
+from backend.db.models import Conversation, Job, JobKind
 from backend.errors import InvalidRequestError, NotFoundError
+from backend.jobs.pipeline import outbox
+from backend.jobs.pipeline.tasks import TaskName
 from backend.repositories.conversations import ConversationRepository
-from backend.repositories.encodings import JobRepository
+from backend.repositories.jobs import JobRepository
 from backend.repositories.memories import FactRepository, UserRepository
-from backend.services import outbox
 from backend.services.context import TenantContext
 from backend.services.memories import MemoryService
-
-INGEST_TASK = "inferscale.ingest_conversation"
 
 
 class ConversationService:
@@ -32,7 +31,7 @@ class ConversationService:
         conversation = self.conversations.create(user, parsed.title, "import")
         self.conversations.add_turns(conversation, parsed.turns)
         job = JobRepository(self.ctx.session, self.conversations.tenant_uuid).create(
-            "ingest_conversation",
+            JobKind.INGEST_CONVERSATION,
             {
                 "conversation_id": str(conversation.id),
                 "observations": [[o.text, o.ref] for o in parsed.observations],
@@ -44,7 +43,9 @@ class ConversationService:
             "conversation_id": str(conversation.id),
             "job_id": str(job.id),
         }
-        outbox.schedule(self.ctx.session, job, INGEST_TASK, payload, self.ctx.enqueue)
+        outbox.schedule(
+            self.ctx.session, job, TaskName.INGEST_CONVERSATION, payload, self.ctx.enqueue
+        )
         return conversation, job
 
     def get(self, conversation_id: uuid.UUID) -> Conversation:

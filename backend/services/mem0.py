@@ -16,18 +16,18 @@ from typing import Any
 
 import numpy as np
 
-from backend.db.models import Fact, Job
+from backend.db.models import Fact, Job, JobKind
 from backend.errors import BadRequestError, NotFoundError
-from backend.repositories.encodings import JobRepository
+from backend.jobs.pipeline import outbox
+from backend.jobs.pipeline.tasks import TaskName
+from backend.repositories.jobs import JobRepository
 from backend.repositories.memories import FactScope
 from backend.repositories.scoped import SCOPE_OWNER, OwnedFact, ScopedFactRepository
-from backend.services import outbox
 from backend.services.context import TenantContext
 from backend.services.conversations import ConversationService
 from backend.services.mem0_filters import ENTITY_FIELDS, compile_filter, mentions_entity
 from backend.services.memories import MemoryService
 
-EXTRACT_TASK = "inferscale.extract_memories"
 SEARCH_CANDIDATES = 50_000  # facts one filtered search may score; beyond, narrow the filter
 DELETE_BATCH = 500
 
@@ -94,13 +94,15 @@ class Mem0Service:
 
     def schedule_inference(self, scope: Scope, request: dict[str, Any]) -> Job:
         """``infer=true``: a job (through the outbox) extracts facts from the messages with the
-        served model and reconciles them with the scope's memories (``worker.jobs.inference``).
+        served model and reconciles them with the scope's memories (``backend.jobs.extraction``).
         ``request``: the messages, metadata and instructions, kept on the job until it ran."""
         self.memories.users.get_or_create(scope.owner)
         jobs = JobRepository(self.ctx.session, self.memories.encodings.tenant_uuid)
-        job = jobs.create("extract_memories", {"scope": scope.as_dict(), "request": request}, 1)
+        job = jobs.create(
+            JobKind.EXTRACT_MEMORIES, {"scope": scope.as_dict(), "request": request}, 1
+        )
         kwargs: dict[str, object] = {"tenant_id": self.ctx.tenant.value, "job_id": str(job.id)}
-        outbox.schedule(self.ctx.session, job, EXTRACT_TASK, kwargs, self.ctx.enqueue)
+        outbox.schedule(self.ctx.session, job, TaskName.EXTRACT_MEMORIES, kwargs, self.ctx.enqueue)
         return job
 
     def update(self, memory_id: uuid.UUID, text: str | None, meta: dict[str, Any] | None) -> Fact:

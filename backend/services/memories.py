@@ -9,18 +9,18 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from backend.db.models import EndUser, Fact, FactHistory
+from backend.db.models import EndUser, Fact, FactEncoding, FactHistory, JobKind
 from backend.errors import NotFoundError
+from backend.jobs.pipeline import outbox
+from backend.jobs.pipeline.tasks import TaskName
 from backend.repositories.base import Page
-from backend.repositories.encodings import EncodingRepository, JobRepository
+from backend.repositories.encodings import EncodingRepository
+from backend.repositories.jobs import JobRepository
 from backend.repositories.memories import FactRepository, FactScope, UserRepository, vector_from
 from backend.repositories.requests import IdempotencyRepository
 from backend.retrieval.index import IndexKey
-from backend.services import outbox
 from backend.services.context import TenantContext
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
-
-ENCODE_TASK = "inferscale.encode_facts"
 
 
 @dataclass(frozen=True)
@@ -153,7 +153,7 @@ class MemoryService:
         if not facts:
             return
         job = JobRepository(self.ctx.session, self.encodings.tenant_uuid).create(
-            "encode_facts", {"fact_ids": [str(f.public_id) for f in facts]}, total=len(facts)
+            JobKind.ENCODE_FACTS, {"fact_ids": [str(f.public_id) for f in facts]}, len(facts)
         )
         self.last_job_id = job.id
         payload: dict[str, object] = {
@@ -161,9 +161,17 @@ class MemoryService:
             "fact_ids": [str(f.public_id) for f in facts],
             "job_id": str(job.id),
         }
-        outbox.schedule(self.ctx.session, job, ENCODE_TASK, payload, self.ctx.enqueue)
+        outbox.schedule(self.ctx.session, job, TaskName.ENCODE_FACTS, payload, self.ctx.enqueue)
 
     # ---- helpers -------------------------------------------------------------------------
+    def owner_id(self, fact: Fact) -> str:
+        """The external id of the memory's owner ("" if the owner is gone)."""
+        user = self.users.by_id(fact.user_id)
+        return user.external_id if user else ""
+
+    def encodings_of(self, memory_id: uuid.UUID) -> list[FactEncoding]:
+        return self.encodings.for_fact(self.get(memory_id).id)
+
     def _owner(self, fact: Fact) -> EndUser:
         user = self.users.by_id(fact.user_id)
         assert user is not None

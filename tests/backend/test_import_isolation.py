@@ -21,7 +21,7 @@ PROBE = textwrap.dedent(
     import sys, uuid
     import backend.main, worker.celery_app, worker.tasks
     from fastapi.testclient import TestClient
-    from worker.jobs.encoding import encode_facts
+    from backend.jobs.encoding import encode_facts
 
     admin = {"Authorization": "Bearer %(admin)s"}
     with TestClient(backend.main.create_app()) as http:

@@ -208,14 +208,14 @@ def test_deleted_entity_takes_its_pending_jobs_and_conversations(
     from backend.core.locomo import ParsedConversation, TurnIn
     from backend.db.models import Job
     from backend.db.session import session_scope
+    from backend.resources import process_resources
     from backend.services.conversations import ConversationService
     from backend.services.mem0 import Mem0Service, Scope
-    from worker.jobs.resources import tenant_context
 
     tenant, user, marker = make_tenant(), "leaving-user", f"zq{uuid.uuid4().hex[:12]}"
     engine = api.app.state.resources.engine  # type: ignore[attr-defined]
     with session_scope() as session:
-        ctx = replace(tenant_context(session, TenantId(tenant.id), engine),
+        ctx = replace(process_resources().tenant_context(session, TenantId(tenant.id), engine),
                       enqueue=lambda task, kwargs: None)  # fmt: skip
         job = Mem0Service(ctx).schedule_inference(
             Scope(user_id=user), {"messages": [{"role": "user", "content": f"Code {marker}."}]}

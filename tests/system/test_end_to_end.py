@@ -14,7 +14,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.core.config import Settings, get_settings
-from backend.engine_client import EngineClient
+from backend.runtime.client import EngineClient
 from gpu_runtime.client.composer import FactText
 from gpu_runtime.client.launch import RuntimeProcess
 from gpu_runtime.types import FactKey, TenantId
@@ -124,8 +124,8 @@ def test_one_fact_at_window_zero_kv_equals_prompt_through_the_whole_stack(
 ) -> None:
     """k=1, w=0: the fact was encoded right after the very preamble it is served after, so
     injecting its KV is exact (Theorem 3) and kv and prompt modes give the same greedy tokens."""
+    from backend.jobs.encoding import encode_facts
     from backend.main import create_app
-    from worker.jobs.encoding import encode_facts
 
     settings = Settings(window_turns=0)
     engine = EngineClient(settings)

@@ -20,7 +20,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from backend.core.config import Settings
-from backend.engine_client import EngineClient
+from backend.runtime.client import EngineClient
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import FactText
 from gpu_runtime.client.http import RuntimeClient
@@ -90,7 +90,7 @@ def stack(
 
 def _tenants_on_both(api: TestClient, engine: EngineClient, urls: list[str]) -> dict[str, Any]:
     """Tenants (each with two encoded facts) until each replica serves two of them."""
-    from worker.jobs.encoding import encode_facts
+    from backend.jobs.encoding import encode_facts
 
     placed: dict[str, list[Tenant]] = {url: [] for url in urls}
     while any(len(tenants) < 2 for tenants in placed.values()):

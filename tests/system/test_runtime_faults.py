@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from backend.core.config import get_settings
-from backend.engine_client import EngineClient
+from backend.runtime.client import EngineClient
 from gpu_runtime.client.launch import RuntimeProcess
 from gpu_runtime.types import FactKey, TenantId
 from tests.support import SERVICE_TOKEN, TenantHandle, kv_disk
@@ -43,7 +43,7 @@ def test_runtime_killed_mid_stream_then_restarted_serves_without_reencoding(
     runtime_server: RuntimeProcess,
     make_tenant: Callable[[], TenantHandle],
 ) -> None:
-    from worker.jobs.encoding import encode_facts
+    from backend.jobs.encoding import encode_facts
 
     tenant = make_tenant()
     http = httpx.Client(base_url=served_api, headers=tenant.headers, timeout=300)

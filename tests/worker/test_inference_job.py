@@ -14,13 +14,13 @@ from fastapi.testclient import TestClient
 
 from backend.db.models import Job
 from backend.db.session import session_scope
+from backend.jobs.extraction import extract_memories
 from backend.repositories.memories import FactRepository
+from backend.resources import process_resources
 from backend.services import inference as inf
 from backend.services.mem0 import Scope
 from gpu_runtime.types import TenantId
 from tests.support import TenantHandle
-from worker.jobs.inference import extract_memories
-from worker.jobs.resources import tenant_context
 
 pytestmark = pytest.mark.db
 
@@ -54,7 +54,7 @@ def test_decisions_are_applied_and_each_is_in_history(
     with session_scope() as session:
         facts = FactRepository(session, typed)
         targets = [facts.get(uuid.UUID(i)) for i in ids]
-        ctx = tenant_context(session, typed, engine)
+        ctx = process_resources().tenant_context(session, typed, engine)
         results = inf.apply(
             ctx,
             Scope(user_id="ivy"),

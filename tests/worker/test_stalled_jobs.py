@@ -14,8 +14,8 @@ from sqlalchemy import update
 
 from backend.db.models import Job
 from backend.db.session import session_scope
-from backend.services import outbox
-from worker.jobs.progress import heartbeat
+from backend.jobs.pipeline import outbox
+from backend.jobs.pipeline.progress import heartbeat
 
 pytestmark = pytest.mark.db
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from backend.db.models import Job
+from backend.db.models import Job, JobKind
 from backend.db.session import session_scope
-from backend.repositories.encodings import JobRepository
+from backend.repositories.jobs import JobRepository
 from worker.tasks import _attempt
 
 pytestmark = pytest.mark.db
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.db
 
 def _job() -> str:
     with session_scope() as session:
-        return str(JobRepository(session, None).create("encode_facts", {}).id)
+        return str(JobRepository(session, None).create(JobKind.ENCODE_FACTS, {}).id)
 
 
 def _status(job_id: str) -> tuple[str, str]:

@@ -9,7 +9,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query
 
 from backend.api.deps import AdminTenantContextDep, commit
-from backend.api.routes.memories import history_out, memory_out
 from backend.api.schemas.common import AUTHED, PageOut, error_responses
 from backend.api.schemas.memories import HistoryOut, MemoryOut, MemoryUpdate
 from backend.api.schemas.text import MemoryIdPath, OffsetQuery, Text, UserIdQuery
@@ -42,24 +41,25 @@ def memories(
     service = MemoryService(ctx)
     if query:
         hits = service.search(user_id, query, limit)
-        items = [memory_out(ctx, h.fact, h.score, user_id) for h in hits]
+        items = [MemoryOut.of(h.fact, user_id, h.score) for h in hits]
         return PageOut(items=items, total=len(items), offset=0, limit=limit)
     facts, total = service.list_for(user_id, Page(offset, limit))
-    items = [memory_out(ctx, f, user_id=user_id) for f in facts]
+    items = [MemoryOut.of(f, user_id) for f in facts]
     return PageOut(items=items, total=total, offset=offset, limit=limit)
 
 
 @router.get("/memories/{memory_id}/history", response_model=list[HistoryOut])
 def history(ctx: AdminTenantContextDep, memory_id: MemoryIdPath) -> list[HistoryOut]:
-    return [history_out(memory_id, h) for h in MemoryService(ctx).history(memory_id)]
+    return [HistoryOut.of(memory_id, h) for h in MemoryService(ctx).history(memory_id)]
 
 
 @router.put("/memories/{memory_id}", response_model=MemoryOut)
 def update(ctx: AdminTenantContextDep, memory_id: MemoryIdPath, body: MemoryUpdate) -> MemoryOut:
-    fact = MemoryService(ctx).update(memory_id, body.text, body.metadata)
+    service = MemoryService(ctx)
+    fact = service.update(memory_id, body.text, body.metadata)
     commit(ctx.session)
     ctx.session.refresh(fact)
-    return memory_out(ctx, fact)
+    return MemoryOut.of(fact, service.owner_id(fact))
 
 
 @router.delete("/memories/{memory_id}")

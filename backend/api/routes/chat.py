@@ -24,14 +24,12 @@ from backend.api import openai_compat
 from backend.api.deps import SettingsDep, TenantContextDep, commit
 from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT
 from backend.api.middleware import ARRIVED
-from backend.api.schemas.chat import ChatCompletionRequest
+from backend.api.schemas.chat import ChatCompletionRequest, inferscale_extension, usage_of
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.core.config import Settings
-from backend.db.session import session_scope
-from backend.engine_client import EngineClient
 from backend.errors import AppError
-from backend.repositories.requests import RequestLogRepository
-from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode
+from backend.runtime.client import EngineClient
+from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode, log_request
 from backend.services.context import TenantContext
 from gpu_runtime.client import protocol as p
 from gpu_runtime.types import TenantId
@@ -46,43 +44,9 @@ def _record(tenant: TenantId, run: ChatRun) -> None:
     CHAT_TTFT.labels(run.request.mode.value).observe((run.ttft_ms or 0) / 1000)
     CHAT_MEMORIES.observe(run.k)
     try:
-        _write_log(tenant, run)
+        log_request(tenant, run)
     except Exception:
         logger.exception("request log not written for tenant %s", tenant.value)
-
-
-def _write_log(tenant: TenantId, run: ChatRun) -> None:
-    with session_scope() as session:
-        RequestLogRepository(session, tenant).record(
-            user_external_id=run.request.user or "",
-            k=run.k,
-            mode=run.request.mode.value,
-            injected_tokens=run.injected_tokens,
-            ttft_ms=run.ttft_ms or 0.0,
-            total_ms=run.total_ms or 0.0,
-            prompt_tokens=run.prompt_tokens,
-            completion_tokens=run.completion_tokens,
-        )
-
-
-def _extension(run: ChatRun) -> dict[str, Any]:
-    return {
-        "mode": run.request.mode.value,
-        "memories": run.memories,
-        "injected_tokens": run.injected_tokens,
-        "cached_tokens": run.cached_tokens,
-        "ttft_ms": run.ttft_ms,
-        "engine_ttft_ms": run.engine_ttft_ms,
-        "timings_ms": {name: round(ms, 3) for name, ms in run.timings_ms.items()},
-    }
-
-
-def _usage(run: ChatRun) -> dict[str, int]:
-    return {
-        "prompt_tokens": run.prompt_tokens,
-        "completion_tokens": run.completion_tokens,
-        "total_tokens": run.prompt_tokens + run.completion_tokens,
-    }
 
 
 def _retrieve(
@@ -143,8 +107,8 @@ async def chat_completions(
                     "logprobs": stream.logprobs(ctx.engine, received),
                 }
             ],
-            "usage": _usage(run),
-            "inferscale": _extension(run),
+            "usage": usage_of(run),
+            "inferscale": inferscale_extension(run),
         }
     )
 
@@ -189,12 +153,12 @@ async def _sse(
                 logprobs = stream.logprobs(run.engine, [event])
                 yield stream.chunk([choice({"content": event.text}, None, logprobs)])
             if event.event == "done":
-                extra: dict[str, Any] = {"inferscale": _extension(run)}
+                extra: dict[str, Any] = {"inferscale": inferscale_extension(run)}
                 if not stream.usage_chunk:
-                    extra["usage"] = _usage(run)
+                    extra["usage"] = usage_of(run)
                 yield stream.chunk([choice({}, run.finish_reason or "stop")], **extra)
                 if stream.usage_chunk:  # OpenAI's stream_options.include_usage: a last chunk
-                    yield stream.chunk([], usage=_usage(run))
+                    yield stream.chunk([], usage=usage_of(run))
             event = await anext(rest, None)
     except AppError as exc:  # the OpenAI SDK raises on a data line that carries "error"
         error = {"message": exc.message, "type": exc.code, "code": exc.code}

@@ -10,7 +10,7 @@ from backend.api.deps import CallerDep, SessionDep
 from backend.api.schemas.admin import JobOut
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.errors import NotFoundError
-from backend.repositories.encodings import JobRepository
+from backend.repositories.jobs import JobRepository
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=error_responses(*AUTHED))
 

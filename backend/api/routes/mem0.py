@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
@@ -20,20 +20,12 @@ from backend.api.errors import error_body, validation_message
 from backend.api.schemas import mem0 as s
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.api.schemas.text import MemoryIdPath, Text
-from backend.db.models import FactHistory, Job
 from backend.errors import AppError, BadRequestError, InvalidRequestError, NotFoundError
-from backend.repositories.encodings import JobRepository
-from backend.repositories.scoped import SCOPE_OWNER, OwnedFact, ScopedFactRepository
+from backend.repositories.jobs import JobRepository
+from backend.repositories.scoped import ScopedFactRepository
 from backend.services.mem0 import Mem0Service, parse_memory_id, scope_of
 
 QUEUED = "Memory processing has been queued for background execution"
-EventStatus = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]
-EVENT_STATUS: dict[str, EventStatus] = {
-    "queued": "PENDING",
-    "running": "RUNNING",
-    "succeeded": "SUCCEEDED",
-    "failed": "FAILED",
-}
 
 
 class Mem0Route(APIRoute):
@@ -59,20 +51,6 @@ class Mem0Route(APIRoute):
 router = APIRouter(tags=["mem0"], route_class=Mem0Route,
                    responses=error_responses(*AUTHED, 400))  # fmt: skip
 NOT_FOUND = error_responses(404)
-
-
-def _none(value: str | None) -> str | None:
-    return value if value and value != SCOPE_OWNER else None
-
-
-def memory_out(owned: OwnedFact) -> s.Mem0Memory:
-    fact = owned.fact
-    return s.Mem0Memory(
-        id=str(fact.public_id), memory=fact.text, user_id=_none(owned.user_id),
-        agent_id=fact.agent_id, app_id=fact.app_id, run_id=fact.run_id, session_id=fact.run_id,
-        metadata=fact.meta or {}, categories=list(fact.categories or []),
-        created_at=fact.created_at, updated_at=fact.updated_at,
-    )  # fmt: skip
 
 
 def _page_url(request: Request, page: int, size: int) -> str:
@@ -137,7 +115,7 @@ def get_all(
         count=total,
         next=_page_url(request, number + 1, size) if later else None,
         previous=_page_url(request, number - 1, size) if number > 1 else None,
-        results=[memory_out(owned) for owned in found],
+        results=[s.Mem0Memory.of(owned) for owned in found],
     )
 
 
@@ -145,14 +123,12 @@ def get_all(
 def search(body: s.SearchRequest, ctx: TenantContextDep) -> s.SearchOut:
     hits = Mem0Service(ctx).search(body.query, body.filters, body.top_k, body.threshold)
     commit(ctx.session)
-    return s.SearchOut(
-        results=[s.Mem0Hit(**memory_out(owned).model_dump(), score=score) for owned, score in hits]
-    )
+    return s.SearchOut(results=[s.Mem0Hit.scored(owned, score) for owned, score in hits])
 
 
 @router.get("/v1/memories/{memory_id}/", response_model=s.Mem0Memory, responses=NOT_FOUND)
 def get_memory(memory_id: MemoryIdPath, ctx: TenantContextDep) -> s.Mem0Memory:
-    return memory_out(Mem0Service(ctx).get(memory_id))
+    return s.Mem0Memory.of(Mem0Service(ctx).get(memory_id))
 
 
 @router.put("/v1/memories/{memory_id}/", response_model=s.Mem0Memory, responses=NOT_FOUND)
@@ -162,7 +138,7 @@ def update_memory(
     service = Mem0Service(ctx)
     service.update(memory_id, body.text, body.metadata)
     commit(ctx.session)
-    return memory_out(service.get(memory_id))
+    return s.Mem0Memory.of(service.get(memory_id))
 
 
 @router.delete("/v1/memories/{memory_id}/", response_model=s.Message, responses=NOT_FOUND)
@@ -176,17 +152,7 @@ def delete_memory(memory_id: MemoryIdPath, ctx: TenantContextDep) -> s.Message:
             responses=NOT_FOUND)  # fmt: skip
 def memory_history(memory_id: MemoryIdPath, ctx: TenantContextDep) -> list[s.HistoryEntry]:
     fact, owner, entries = Mem0Service(ctx).history(memory_id)
-
-    def entry(h: FactHistory) -> s.HistoryEntry:
-        return s.HistoryEntry(
-            id=str(uuid.uuid5(fact.public_id, str(h.id))), memory_id=str(fact.public_id),
-            input=[], old_memory=h.old_text, new_memory=h.new_text, user_id=_none(owner),
-            agent_id=fact.agent_id, app_id=fact.app_id, session_id=fact.run_id,
-            categories=list(fact.categories or []), event=h.event, metadata=None,
-            created_at=h.created_at, updated_at=h.created_at,
-        )  # fmt: skip
-
-    return [entry(h) for h in entries]
+    return [s.HistoryEntry.of(fact, owner, h) for h in entries]
 
 
 EntityQuery = Annotated[Text | None, Query(min_length=1, max_length=200)]
@@ -261,11 +227,7 @@ def batch_delete(body: s.BatchDeleteRequest, ctx: TenantContextDep) -> s.Message
 # ---- events (infer=true jobs) --------------------------------------------------------------
 @router.get("/v1/event/{event_id}/", response_model=s.EventOut, responses=NOT_FOUND)
 def event(event_id: uuid.UUID, ctx: TenantContextDep) -> s.EventOut:
-    job: Job | None = JobRepository(ctx.session, uuid.UUID(ctx.tenant.value)).get(event_id)
+    job = JobRepository(ctx.session, uuid.UUID(ctx.tenant.value)).get(event_id)
     if job is None:
         raise NotFoundError(f"event {event_id} not found")
-    return s.EventOut(
-        id=str(job.id), event_type="ADD", status=EVENT_STATUS.get(job.status, "PENDING"),
-        results=list((job.payload or {}).get("results", [])), error=job.error or None,
-        created_at=job.created_at, updated_at=job.updated_at,
-    )  # fmt: skip
+    return s.EventOut.of(job)

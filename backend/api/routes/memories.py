@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query
@@ -23,47 +22,12 @@ from backend.api.schemas.memories import (
     SearchRequest,
 )
 from backend.api.schemas.text import MemoryIdPath, OffsetQuery, UserIdQuery
-from backend.db.models import Fact, FactHistory
 from backend.errors import InvalidRequestError
 from backend.repositories.base import Page
-from backend.repositories.encodings import EncodingRepository
-from backend.repositories.memories import UserRepository
-from backend.services.context import TenantContext
 from backend.services.memories import MemoryService
 
 router = APIRouter(prefix="/v1/memories", tags=["memories"], responses=error_responses(*AUTHED))
 NOT_FOUND = error_responses(404)
-
-
-def memory_out(
-    ctx: TenantContext, fact: Fact, score: float | None = None, user_id: str | None = None
-) -> MemoryOut:
-    """``user_id``: the owner's external id when the caller knows it (lists and searches are per
-    user, so they pass it instead of one user lookup per fact)."""
-    if user_id is None:
-        user = UserRepository(ctx.session, ctx.tenant).by_id(fact.user_id)
-        user_id = user.external_id if user else ""
-    return MemoryOut(
-        id=fact.public_id,
-        user_id=user_id,
-        memory=fact.text,
-        version=fact.version,
-        metadata=fact.meta or {},
-        created_at=fact.created_at,
-        updated_at=fact.updated_at,
-        score=score,
-    )
-
-
-def history_out(memory_id: uuid.UUID, entry: FactHistory) -> HistoryOut:
-    return HistoryOut(
-        memory_id=memory_id,
-        version=entry.version,
-        event=entry.event,
-        old_memory=entry.old_text,
-        new_memory=entry.new_text,
-        created_at=entry.created_at,
-    )
 
 
 @router.post("", status_code=201, response_model=MemoryCreated, responses=error_responses(409))
@@ -81,9 +45,7 @@ def add_memories(
         for fact in facts:
             ctx.session.refresh(fact)
         job = service.last_job_id
-        return MemoryCreated(
-            results=[memory_out(ctx, f, user_id=body.user_id) for f in facts], job_id=job
-        )
+        return MemoryCreated(results=[MemoryOut.of(f, body.user_id) for f in facts], job_id=job)
 
     return run_idempotent(ctx.session, ctx.tenant.value, idempotency_key, body, action)
 
@@ -97,7 +59,7 @@ def list_memories(
 ) -> PageOut[MemoryOut]:
     facts, total = MemoryService(ctx).list_for(user_id, Page(offset, limit))
     return PageOut(
-        items=[memory_out(ctx, f, user_id=user_id) for f in facts],
+        items=[MemoryOut.of(f, user_id) for f in facts],
         total=total,
         offset=offset,
         limit=limit,
@@ -115,20 +77,23 @@ def delete_user_memories(user_id: UserIdQuery, ctx: TenantContextDep) -> Deleted
 def search_memories(body: SearchRequest, ctx: TenantContextDep) -> SearchOut:
     hits = MemoryService(ctx).search(body.user_id, body.query, body.top_k)
     commit(ctx.session)  # an index rebuild reads only; nothing to keep, but end cleanly
-    return SearchOut(results=[memory_out(ctx, h.fact, h.score, body.user_id) for h in hits])
+    return SearchOut(results=[MemoryOut.of(h.fact, body.user_id, h.score) for h in hits])
 
 
 @router.get("/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
 def get_memory(memory_id: MemoryIdPath, ctx: TenantContextDep) -> MemoryOut:
-    return memory_out(ctx, MemoryService(ctx).get(memory_id))
+    service = MemoryService(ctx)
+    fact = service.get(memory_id)
+    return MemoryOut.of(fact, service.owner_id(fact))
 
 
 @router.put("/{memory_id}", response_model=MemoryOut, responses=NOT_FOUND)
 def update_memory(memory_id: MemoryIdPath, body: MemoryUpdate, ctx: TenantContextDep) -> MemoryOut:
-    fact = MemoryService(ctx).update(memory_id, body.text, body.metadata)
+    service = MemoryService(ctx)
+    fact = service.update(memory_id, body.text, body.metadata)
     commit(ctx.session)
     ctx.session.refresh(fact)
-    return memory_out(ctx, fact)
+    return MemoryOut.of(fact, service.owner_id(fact))
 
 
 @router.delete("/{memory_id}", response_model=Deleted, responses=NOT_FOUND)
@@ -140,20 +105,9 @@ def delete_memory(memory_id: MemoryIdPath, ctx: TenantContextDep) -> Deleted:
 
 @router.get("/{memory_id}/history", response_model=list[HistoryOut], responses=NOT_FOUND)
 def memory_history(memory_id: MemoryIdPath, ctx: TenantContextDep) -> list[HistoryOut]:
-    return [history_out(memory_id, h) for h in MemoryService(ctx).history(memory_id)]
+    return [HistoryOut.of(memory_id, h) for h in MemoryService(ctx).history(memory_id)]
 
 
 @router.get("/{memory_id}/encodings", response_model=list[EncodingOut], responses=NOT_FOUND)
 def memory_encodings(memory_id: MemoryIdPath, ctx: TenantContextDep) -> list[EncodingOut]:
-    fact = MemoryService(ctx).get(memory_id)
-    return [
-        EncodingOut(
-            model=r.model,
-            window=r.window,
-            fact_version=r.fact_version,
-            encoding_version=r.encoding_version,
-            status=r.status,
-            nbytes=r.nbytes,
-        )
-        for r in EncodingRepository(ctx.session, ctx.tenant).for_fact(fact.id)
-    ]
+    return [EncodingOut.of(r) for r in MemoryService(ctx).encodings_of(memory_id)]

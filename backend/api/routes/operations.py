@@ -15,13 +15,12 @@ from backend.api.deps import AdminDep, ResourcesDep, SessionDep
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.db.session import get_engine
 from backend.errors import UnavailableError
+from backend.jobs.pipeline.broker import ping_workers, send_to_broker
+from backend.jobs.pipeline.tasks import TaskName
 from backend.repositories.overview import OverviewRepository
-from backend.services.outbox import send_to_broker
 from gpu_runtime.types import TenantId
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"], responses=error_responses(*AUTHED))
-
-REENCODE_TASK = "inferscale.reencode_stale"
 
 
 def _database() -> str:
@@ -36,12 +35,9 @@ def _database() -> str:
 def _workers() -> tuple[str, list[str]]:
     """The broker's state and the Celery workers answering a ping within a second."""
     try:
-        from worker.celery_app import celery_app
-
-        replies = celery_app.control.ping(timeout=1.0) or []
+        return "ok", ping_workers(timeout_s=1.0)
     except Exception as exc:
         return f"down: {type(exc).__name__}", []
-    return "ok", sorted(name for reply in replies for name in reply)
 
 
 @router.get("/status")
@@ -95,7 +91,7 @@ def jobs(
 def reencode(_: AdminDep) -> dict[str, str]:
     """Runs the scheduled sweep now: facts without a ready encoding, or whose KV was lost."""
     try:
-        send_to_broker(REENCODE_TASK, {})
+        send_to_broker(TaskName.REENCODE_STALE, {})
     except Exception as exc:
         raise UnavailableError(f"the broker is unavailable ({type(exc).__name__}); retry") from exc
-    return {"status": "queued", "task": REENCODE_TASK}
+    return {"status": "queued", "task": str(TaskName.REENCODE_STALE)}

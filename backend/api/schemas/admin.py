@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from backend.api.schemas.text import Text
+from backend.db.models import ApiKey, Tenant
 
 
 class TenantCreate(BaseModel):
@@ -19,6 +20,10 @@ class TenantOut(BaseModel):
     id: uuid.UUID
     name: str
     created_at: datetime
+
+    @classmethod
+    def of(cls, row: Tenant) -> TenantOut:
+        return cls(id=row.id, name=row.name, created_at=row.created_at)
 
 
 class TenantCreated(TenantOut):
@@ -31,6 +36,11 @@ class ApiKeyOut(BaseModel):
     scope: str
     created_at: datetime
     revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, row: ApiKey) -> ApiKeyOut:
+        return cls(id=row.id, prefix=row.prefix, scope=row.scope, created_at=row.created_at,
+                   revoked_at=row.revoked_at)  # fmt: skip
 
 
 class ApiKeyCreated(ApiKeyOut):

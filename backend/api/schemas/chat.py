@@ -7,6 +7,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backend.api.schemas.text import JsonDoc, Text
+from backend.services.chat import ChatRun
 
 # Far beyond any context; the prompt's token count against the context is the real limit.
 MESSAGE_MAX_CHARS = 200_000
@@ -116,3 +117,25 @@ class ChatCompletionRequest(BaseModel):
         return {"json_schema": fmt.json_schema.schema_}
 
     memory: MemoryOptions = Field(default_factory=MemoryOptions)
+
+
+def inferscale_extension(run: ChatRun) -> dict[str, Any]:
+    """The answer's ``inferscale`` field: the memories used, how they were served, timings."""
+    return {
+        "mode": run.request.mode.value,
+        "memories": run.memories,
+        "injected_tokens": run.injected_tokens,
+        "cached_tokens": run.cached_tokens,
+        "ttft_ms": run.ttft_ms,
+        "engine_ttft_ms": run.engine_ttft_ms,
+        "timings_ms": {name: round(ms, 3) for name, ms in run.timings_ms.items()},
+    }
+
+
+def usage_of(run: ChatRun) -> dict[str, int]:
+    """OpenAI's ``usage``."""
+    return {
+        "prompt_tokens": run.prompt_tokens,
+        "completion_tokens": run.completion_tokens,
+        "total_tokens": run.prompt_tokens + run.completion_tokens,
+    }

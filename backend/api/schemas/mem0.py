@@ -4,12 +4,15 @@ we do not honour are refused when set (never silently dropped), unknown ones ign
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from backend.api.schemas.text import JsonDoc, Metadata, Text
+from backend.db.models import Fact, FactHistory, Job, JobStatus
+from backend.repositories.scoped import SCOPE_OWNER, OwnedFact
 
 EntityType = Literal["user", "agent", "app", "run"]
 ENTITY_TYPES: tuple[EntityType, ...] = ("user", "agent", "app", "run")
@@ -101,6 +104,20 @@ class BatchDeleteRequest(BaseModel):
 
 
 # ---- responses ---------------------------------------------------------------------------
+EventStatus = Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]
+EVENT_STATUS: dict[str, EventStatus] = {
+    JobStatus.QUEUED: "PENDING",
+    JobStatus.RUNNING: "RUNNING",
+    JobStatus.SUCCEEDED: "SUCCEEDED",
+    JobStatus.FAILED: "FAILED",
+}
+
+
+def _entity(value: str | None) -> str | None:
+    """An entity id as Mem0 shows it: the reserved scope owner is no user to the caller."""
+    return value if value and value != SCOPE_OWNER else None
+
+
 class Mem0Memory(BaseModel):
     id: str
     memory: str
@@ -115,9 +132,24 @@ class Mem0Memory(BaseModel):
     updated_at: datetime
     expiration_date: str | None = None
 
+    @classmethod
+    def of(cls, owned: OwnedFact) -> Mem0Memory:
+        fact = owned.fact
+        return cls(
+            id=str(fact.public_id), memory=fact.text, user_id=_entity(owned.user_id),
+            agent_id=fact.agent_id, app_id=fact.app_id, run_id=fact.run_id,
+            session_id=fact.run_id, metadata=fact.meta or {},
+            categories=list(fact.categories or []), created_at=fact.created_at,
+            updated_at=fact.updated_at,
+        )  # fmt: skip
+
 
 class Mem0Hit(Mem0Memory):
     score: float
+
+    @classmethod
+    def scored(cls, owned: OwnedFact, score: float) -> Mem0Hit:
+        return cls(**Mem0Memory.of(owned).model_dump(), score=score)
 
 
 class AddedMemory(BaseModel):
@@ -164,6 +196,16 @@ class HistoryEntry(BaseModel):
     created_at: datetime
     updated_at: datetime
 
+    @classmethod
+    def of(cls, fact: Fact, owner: str, entry: FactHistory) -> HistoryEntry:
+        return cls(
+            id=str(uuid.uuid5(fact.public_id, str(entry.id))), memory_id=str(fact.public_id),
+            input=[], old_memory=entry.old_text, new_memory=entry.new_text,
+            user_id=_entity(owner), agent_id=fact.agent_id, app_id=fact.app_id,
+            session_id=fact.run_id, categories=list(fact.categories or []), event=entry.event,
+            metadata=None, created_at=entry.created_at, updated_at=entry.created_at,
+        )  # fmt: skip
+
 
 class EntityOut(BaseModel):
     id: str
@@ -198,8 +240,17 @@ class Ping(BaseModel):
 class EventOut(BaseModel):
     id: str
     event_type: str
-    status: Literal["PENDING", "RUNNING", "SUCCEEDED", "FAILED"]
+    status: EventStatus
     results: list[dict[str, Any]]
     error: str | None
     created_at: datetime
     updated_at: datetime
+
+    @classmethod
+    def of(cls, job: Job) -> EventOut:
+        """An ``infer=true`` job as Mem0's event (``ADD``), with its decisions once applied."""
+        return cls(
+            id=str(job.id), event_type="ADD", status=EVENT_STATUS.get(job.status, "PENDING"),
+            results=list((job.payload or {}).get("results", [])), error=job.error or None,
+            created_at=job.created_at, updated_at=job.updated_at,
+        )  # fmt: skip

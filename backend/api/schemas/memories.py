@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from backend.api.schemas.text import Metadata, Text
+from backend.db.models import Fact, FactEncoding, FactHistory
 
 USER_ID = Field(min_length=1, max_length=200)
 
@@ -52,6 +53,14 @@ class MemoryOut(BaseModel):
     updated_at: datetime
     score: float | None = None
 
+    @classmethod
+    def of(cls, fact: Fact, user_id: str, score: float | None = None) -> MemoryOut:
+        """``user_id``: the owner's external id (lists and searches are per user; a single
+        memory's owner comes from ``MemoryService.owner_id``)."""
+        return cls(id=fact.public_id, user_id=user_id, memory=fact.text, version=fact.version,
+                   metadata=fact.meta or {}, created_at=fact.created_at,
+                   updated_at=fact.updated_at, score=score)  # fmt: skip
+
 
 class HistoryOut(BaseModel):
     memory_id: uuid.UUID
@@ -61,6 +70,12 @@ class HistoryOut(BaseModel):
     new_memory: str | None
     created_at: datetime
 
+    @classmethod
+    def of(cls, memory_id: uuid.UUID, entry: FactHistory) -> HistoryOut:
+        return cls(memory_id=memory_id, version=entry.version, event=entry.event,
+                   old_memory=entry.old_text, new_memory=entry.new_text,
+                   created_at=entry.created_at)  # fmt: skip
+
 
 class EncodingOut(BaseModel):
     model: str
@@ -69,6 +84,12 @@ class EncodingOut(BaseModel):
     encoding_version: int
     status: str
     nbytes: int
+
+    @classmethod
+    def of(cls, row: FactEncoding) -> EncodingOut:
+        return cls(model=row.model, window=row.window, fact_version=row.fact_version,
+                   encoding_version=row.encoding_version, status=row.status,
+                   nbytes=row.nbytes)  # fmt: skip
 
 
 class SearchRequest(BaseModel):

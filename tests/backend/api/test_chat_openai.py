@@ -25,7 +25,7 @@ def served(api: TestClient) -> Iterator[tuple[TestClient, Any]]:
 
 @pytest.fixture(scope="module")
 def tenant_with_memory(served: tuple[TestClient, Any]) -> TenantHandle:
-    from worker.jobs.encoding import encode_facts
+    from backend.jobs.encoding import encode_facts
 
     http, client = served
     import uuid

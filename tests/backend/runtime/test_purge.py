@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from backend.core.config import Settings
-from backend.engine_client import EngineClient
 from backend.errors import BadRequestError, UnavailableError
+from backend.runtime.client import EngineClient
 from gpu_runtime.client.launch import free_port
 from gpu_runtime.types import FactKey, TenantId
 from tests.runtime_standin import StandInRuntime

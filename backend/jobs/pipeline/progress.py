@@ -10,10 +10,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from sqlalchemy import func, update
-
-from backend.db.models import Job
 from backend.db.session import session_scope
+from backend.repositories.jobs import JobRepository
 
 logger = logging.getLogger(__name__)
 
@@ -22,7 +20,7 @@ def update_job(job_id: str | None, **fields: Any) -> None:
     if job_id is None:
         return
     with session_scope() as session:
-        job = session.get(Job, uuid.UUID(job_id))
+        job = JobRepository(session, None).get(uuid.UUID(job_id))
         if job is None:
             return
         for name, value in fields.items():
@@ -37,13 +35,9 @@ def update_job(job_id: str | None, **fields: Any) -> None:
 
 
 def touch_job(job_id: str) -> None:
-    """The running job's heartbeat (``backend.services.outbox.recover_stalled`` reads it)."""
+    """The running job's heartbeat (``outbox.recover_stalled`` reads it)."""
     with session_scope() as session:
-        session.execute(
-            update(Job)
-            .where(Job.id == uuid.UUID(job_id), Job.status == "running")
-            .values(updated_at=func.now())
-        )
+        JobRepository(session, None).touch_running(uuid.UUID(job_id))
 
 
 @contextmanager

@@ -3,7 +3,8 @@
 A job row is written in the same transaction as the rows it works on, with the task to send
 (``payload["dispatch"]``). Once the transaction commits the task is sent and the row marked
 ``dispatched_at``; if the broker is down the write still succeeds, and the row stays
-undispatched until ``relay`` (beat, every ``RELAY_EVERY_S``) sends it. A task may so be sent
+undispatched until ``relay`` (beat, every ``tasks.RELAY_EVERY_S``) sends it; the sender
+is ``broker.send_to_broker`` in production. A task may so be sent
 twice (sent, then the mark failed): jobs are idempotent.
 
 A job whose worker died while running it is sent again too (``recover_stalled``): a running job's
@@ -20,16 +21,16 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from backend.db.models import Job
+from backend.db.models import Job, JobStatus
 from backend.db.session import after_commit, session_scope
+from backend.jobs.pipeline.tasks import TaskName
+from backend.repositories.jobs import JobRepository
 
 logger = logging.getLogger(__name__)
 
 DISPATCH = "dispatch"  # payload key: {"task": name, "kwargs": {...}}
-RELAY_EVERY_S = 15.0
 RELAY_AFTER_S = 10.0  # younger undispatched jobs may still be on their way from the API
 RELAY_BATCH = 200
 MAX_RECOVERIES = 3
@@ -38,20 +39,15 @@ RECOVERED = "recovered"  # payload key: how many times the job was taken back fr
 Send = Callable[[str, dict[str, Any]], None]  # (task name, kwargs) -> sent, or raises
 
 
-def send_to_broker(task: str, kwargs: dict[str, Any]) -> None:
-    """Celery's ``send_task`` to the task's queue (imported late: the API loads Celery lazily)."""
-    from worker.celery_app import celery_app, queue_for
-
-    celery_app.send_task(task, kwargs=kwargs, queue=queue_for(task), retry=False)
-
-
-def schedule(session: Session, job: Job, task: str, kwargs: dict[str, Any], send: Send) -> None:
+def schedule(
+    session: Session, job: Job, task: TaskName, kwargs: dict[str, Any], send: Send
+) -> None:
     """Record ``task(**kwargs)`` on the job (this transaction) and send it once it commits."""
-    job.payload = {**(job.payload or {}), DISPATCH: {"task": task, "kwargs": kwargs}}
+    job.payload = {**(job.payload or {}), DISPATCH: {"task": str(task), "kwargs": kwargs}}
     job_id = job.id
 
     def send_once_committed() -> None:
-        deliver(job_id, task, kwargs, send)
+        deliver(job_id, str(task), kwargs, send)
 
     after_commit(session, send_once_committed)
 
@@ -66,7 +62,7 @@ def deliver(job_id: uuid.UUID, task: str, kwargs: dict[str, Any], send: Send) ->
         return False
     try:
         with session_scope() as session:
-            job = session.get(Job, job_id)
+            job = JobRepository(session, None).get(job_id)
             if job is not None and job.dispatched_at is None:
                 job.dispatched_at = datetime.now(UTC)
     except Exception:  # the relay would send it again: harmless, jobs are idempotent
@@ -80,14 +76,7 @@ def relay(send: Send, older_than_s: float = RELAY_AFTER_S) -> int:
     cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
     sent = 0
     with session_scope() as session:
-        pending = session.scalars(
-            select(Job)
-            .where(Job.dispatched_at.is_(None), Job.created_at < cutoff)
-            .order_by(Job.created_at)
-            .limit(RELAY_BATCH)
-            .with_for_update(skip_locked=True)  # two relays never send one job twice
-        ).all()
-        for job in pending:
+        for job in JobRepository(session, None).undispatched(cutoff, RELAY_BATCH):
             dispatch = (job.payload or {}).get(DISPATCH)
             if not dispatch:  # nothing to send (a job run inline): close it in the outbox
                 job.dispatched_at = datetime.now(UTC)
@@ -110,25 +99,18 @@ def recover_stalled(stall_s: float, max_recoveries: int = MAX_RECOVERIES) -> int
     cutoff = datetime.now(UTC) - timedelta(seconds=stall_s)
     recovered = 0
     with session_scope() as session:
-        stalled = session.scalars(
-            select(Job)
-            .where(Job.status == "running", Job.updated_at < cutoff)
-            .order_by(Job.updated_at)
-            .limit(RELAY_BATCH)
-            .with_for_update(skip_locked=True)  # a worker updating it now is alive
-        ).all()
-        for job in stalled:
+        for job in JobRepository(session, None).stalled(cutoff, RELAY_BATCH):
             payload = job.payload or {}
             if not payload.get(DISPATCH):
                 continue
             times = int(payload.get(RECOVERED, 0))
             if times >= max_recoveries:
-                job.status = "failed"
+                job.status = JobStatus.FAILED
                 job.error = f"its worker stopped while running it {times + 1} times"
                 logger.error("job %s failed: %s", job.id, job.error)
                 continue
             job.payload = {**payload, RECOVERED: times + 1}
-            job.status, job.dispatched_at = "queued", None
+            job.status, job.dispatched_at = JobStatus.QUEUED, None
             recovered += 1
             logger.warning("job %s: no heartbeat for %.0f s, its worker is gone: re-queued",
                            job.id, stall_s)  # fmt: skip

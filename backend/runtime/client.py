@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 
 from backend.core.config import Settings
 from backend.errors import AppError, BadRequestError, UnavailableError
-from backend.replica_purge import purge_everywhere
+from backend.runtime.purge import purge_everywhere
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import ComposedPrompt, EncodeItem, PromptComposer
 from gpu_runtime.client.http import (

@@ -1,15 +1,17 @@
-"""Conversation ingestion: facts per turn (or per observation), then an encoding job."""
+"""The ingestion use case: a conversation's facts per turn (or per observation), then an
+encoding job."""
 
 from __future__ import annotations
 
 import uuid
 
-from backend.db.models import Job
+from backend.db.models import JobStatus
 from backend.db.session import session_scope
+from backend.jobs.pipeline.progress import update_job
+from backend.repositories.jobs import JobRepository
+from backend.resources import process_resources
 from backend.services.conversations import ConversationService
 from gpu_runtime.types import TenantId
-from worker.jobs.progress import update_job
-from worker.jobs.resources import tenant_context
 
 
 def ingest_conversation(tenant_id: str, conversation_id: str, job_id: str | None = None) -> int:
@@ -19,16 +21,17 @@ def ingest_conversation(tenant_id: str, conversation_id: str, job_id: str | None
     transaction that creates the facts empties them (a deleted memory must not live on in a job
     row) and marks the job ingested, so a redelivery does nothing."""
     tenant = TenantId(tenant_id)
-    update_job(job_id, status="running", attempt=True)
+    update_job(job_id, status=JobStatus.RUNNING, attempt=True)
     with session_scope() as session:
-        job = session.get(Job, uuid.UUID(job_id)) if job_id else None
+        job = JobRepository(session, None).get(uuid.UUID(job_id)) if job_id else None
         payload = dict(job.payload or {}) if job is not None else {}
         if payload.get("ingested"):
             created: list[str] = []
             encode_job = None
         else:
             observations = [(str(t), str(r)) for t, r in payload.get("observations", [])]
-            created, encode_job = ConversationService(tenant_context(session, tenant)).ingest(
+            ctx = process_resources().tenant_context(session, tenant)
+            created, encode_job = ConversationService(ctx).ingest(
                 uuid.UUID(conversation_id), observations
             )
             if job is not None:
@@ -37,7 +40,7 @@ def ingest_conversation(tenant_id: str, conversation_id: str, job_id: str | None
     recorded = {"fact_ids": created, "encode_job_id": str(encode_job)} if created else {}
     update_job(
         job_id,
-        status="succeeded",
+        status=JobStatus.SUCCEEDED,
         **({"progress_done": len(created), "progress_total": len(created)} if created else {}),
         payload_merge=recorded,
     )

@@ -1,4 +1,5 @@
-"""``infer=true`` adds (``backend.services.inference``): extract, reconcile, apply; idempotent.
+"""The extraction use case: Mem0's ``infer=true`` add (``backend.services.inference``): extract,
+reconcile, apply; idempotent.
 
 The model calls run outside any transaction; the decisions are applied in one transaction that
 first locks the job row and checks it was not applied already, so a redelivered job (or two
@@ -11,16 +12,17 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from backend.db.models import Fact, Job
+from backend.db.models import Fact, JobStatus
 from backend.db.session import session_scope
-from backend.engine_client import EngineClient
+from backend.jobs.pipeline.progress import update_job
+from backend.repositories.jobs import JobRepository
 from backend.repositories.memories import FactRepository
+from backend.resources import process_resources
+from backend.runtime.client import EngineClient
 from backend.services import inference as inf
 from backend.services.mem0 import Scope
 from gpu_runtime.client import protocol as p
 from gpu_runtime.types import TenantId
-from worker.jobs.progress import update_job
-from worker.jobs.resources import engine_client, tenant_context
 
 
 def _generate(
@@ -45,23 +47,24 @@ def _generate(
 def _fail(job_id: str, error: str) -> int:
     """Marks the job failed unless another delivery has applied it meanwhile."""
     with session_scope() as session:
-        job = session.get(Job, uuid.UUID(job_id), with_for_update=True)
+        job = JobRepository(session, None).get(uuid.UUID(job_id), lock=True)
         if job is not None and not (job.payload or {}).get("applied"):
-            job.status, job.error = "failed", error
+            job.status, job.error = JobStatus.FAILED, error
     return 0
 
 
 def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = None) -> int:
     """Returns how many decisions were applied (0 for a job applied before)."""
-    tenant, client = TenantId(tenant_id), engine or engine_client()
+    resources = process_resources()
+    tenant, client = TenantId(tenant_id), engine or resources.engine
     with session_scope() as session:
-        job = session.get(Job, uuid.UUID(job_id))
-        if job is None or str(job.tenant_id) != tenant_id:
+        job = JobRepository(session, uuid.UUID(tenant_id)).get(uuid.UUID(job_id))
+        if job is None:
             return 0
         payload = dict(job.payload or {})
     if payload.get("applied"):
         return 0
-    update_job(job_id, status="running", attempt=True)
+    update_job(job_id, status=JobStatus.RUNNING, attempt=True)
     scope = Scope(**payload["scope"])
     request = inf.InferenceRequest.from_payload(payload["request"])
     categories = request.categories()
@@ -73,7 +76,7 @@ def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = 
         return _fail(job_id, "the conversation does not fit the context")
     facts = inf.parse_facts(output, categories)
     with session_scope() as session:
-        similar = inf.similar_memories(tenant_context(session, tenant, client), scope,
+        similar = inf.similar_memories(resources.tenant_context(session, tenant, client), scope,
                                        [text for text, _ in facts])  # fmt: skip
         existing = [(owned.fact.public_id, owned.fact.text) for owned in similar]
     decisions = [inf.Decision("ADD", text, None) for text, _ in facts]
@@ -85,18 +88,18 @@ def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = 
             return _fail(job_id, "the memories do not fit the context")
         decisions = inf.parse_decisions(answer, len(existing))
     with session_scope() as session:
-        job = session.get(Job, uuid.UUID(job_id), with_for_update=True)
+        job = JobRepository(session, None).get(uuid.UUID(job_id), lock=True)
         if job is None:
             return 0
         if (job.payload or {}).get("applied"):
             # Another delivery applied it while we asked the model; our "running" may have
             # landed after its "succeeded", so put that back.
-            job.status = "succeeded"
+            job.status = JobStatus.SUCCEEDED
             return 0
-        ctx = tenant_context(session, tenant, client)
+        ctx = resources.tenant_context(session, tenant, client)
         facts_now = FactRepository(session, tenant)
         targets: list[Fact | None] = [facts_now.get(memory_id) for memory_id, _ in existing]
         results = inf.apply(ctx, scope, request.metadata, decisions, targets, dict(facts))
         job.payload = {"scope": payload["scope"], "applied": True, "results": results}
-    update_job(job_id, status="succeeded", progress_done=1)
+    update_job(job_id, status=JobStatus.SUCCEEDED, progress_done=1)
     return len(results)

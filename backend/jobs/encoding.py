@@ -1,4 +1,5 @@
-"""Context-window encoding of facts, idempotent per (fact version, encoding config)."""
+"""The encoding use cases: context-window encoding of facts through the runtime, idempotent per
+(fact version, encoding config), and beat's sweep for facts whose KV is missing or lost."""
 
 from __future__ import annotations
 
@@ -6,17 +7,18 @@ import uuid
 
 from sqlalchemy.orm import Session
 
-from backend.db.models import Fact, FactEncoding, Tenant
+from backend.db.models import EncodingStatus, Fact, FactEncoding, JobStatus
 from backend.db.session import session_scope
-from backend.engine_client import EngineClient
+from backend.jobs.pipeline.progress import update_job
 from backend.repositories.conversations import ConversationRepository
 from backend.repositories.encodings import EncodingRepository
 from backend.repositories.memories import FactRepository
+from backend.repositories.tenants import TenantRepository
+from backend.resources import process_resources
+from backend.runtime.client import EngineClient
 from backend.services.memories import MemoryService, fact_key
 from gpu_runtime.client.composer import EncodeItem, Turn
 from gpu_runtime.types import EncodingConfig, TenantId
-from worker.jobs.progress import update_job
-from worker.jobs.resources import engine_client, tenant_context
 
 BATCH = 16
 
@@ -43,11 +45,11 @@ def encode_facts(
 ) -> int:
     """Encode the current version of each live fact (by public id) through the runtime; returns
     how many were newly encoded. A redelivered job re-encodes nothing already ready and stored."""
-    tenant, client = TenantId(tenant_id), engine or engine_client()
+    tenant, client = TenantId(tenant_id), engine or process_resources().engine
     public_ids = [uuid.UUID(str(i)) for i in fact_ids]
     config = client.encoding_config()
     composer = client.composer()
-    update_job(job_id, status="running", attempt=True, progress_done=0)
+    update_job(job_id, status=JobStatus.RUNNING, attempt=True, progress_done=0)
     encoded = 0
     for start in range(0, len(public_ids), BATCH):
         batch = public_ids[start : start + BATCH]
@@ -58,7 +60,7 @@ def encode_facts(
             for fact in FactRepository(session, tenant).many(batch):
                 key = fact_key(tenant, fact, config)
                 row = encodings.ensure_pending(fact, config)
-                if row.status == "ready" and client.has(tenant, [key]):
+                if row.status == EncodingStatus.READY and client.has(tenant, [key]):
                     continue
                 turns = _window(session, tenant, fact, config)
                 todo.append(composer.encode_item(key, fact.text, turns, config.window))
@@ -78,12 +80,12 @@ def encode_facts(
                 _mark_ready(row, sizes.get(key, 0))
                 encoded += 1
         update_job(job_id, progress_add=len(batch))
-    update_job(job_id, status="succeeded", payload_merge={"encoded": encoded})
+    update_job(job_id, status=JobStatus.SUCCEEDED, payload_merge={"encoded": encoded})
     return encoded
 
 
 def _mark_ready(row: FactEncoding, nbytes: int) -> None:
-    row.status, row.nbytes, row.tier, row.error = "ready", nbytes, "disk", ""
+    row.status, row.nbytes, row.tier, row.error = EncodingStatus.READY, nbytes, "disk", ""
 
 
 def reencode_stale(limit_per_tenant: int = 500) -> int:
@@ -91,11 +93,12 @@ def reencode_stale(limit_per_tenant: int = 500) -> int:
     config (new model, w or version, or a failed earlier job), and for facts recorded ready
     whose KV the runtime no longer has (a corrupt or truncated file is deleted when it is
     found on load, and never injected). Returns facts scheduled."""
-    client = engine_client()
+    resources = process_resources()
+    client = resources.engine
     config = client.encoding_config()
     scheduled = 0
     with session_scope() as session:
-        tenants = [t.id for t in session.query(Tenant).filter(Tenant.deleted_at.is_(None))]
+        tenants = TenantRepository(session).live_ids()
     for tenant_uuid in tenants:
         tenant = TenantId(str(tenant_uuid))
         with session_scope() as session:
@@ -104,7 +107,7 @@ def reencode_stale(limit_per_tenant: int = 500) -> int:
                 encodings, client, tenant, config
             )
             if todo:
-                MemoryService(tenant_context(session, tenant, client)).schedule_encoding(todo)
+                MemoryService(resources.tenant_context(session, tenant)).schedule_encoding(todo)
                 scheduled += len(todo)
     return scheduled
 

@@ -1,0 +1,63 @@
+"""The Celery configuration every process shares, and the send-only app the API and the services
+use: it knows the broker and the task names, not the tasks (``worker.celery_app`` is the app
+that runs them). Celery is loaded on first use: the API starts without it."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any
+
+from backend.core.config import Settings, get_settings
+from backend.jobs.pipeline.tasks import GPU_TASKS, Queue, beat_schedule, queue_for
+
+if TYPE_CHECKING:
+    from celery import Celery
+
+
+def celery_config(settings: Settings) -> dict[str, Any]:
+    return {
+        "broker_url": settings.redis_url,
+        "result_backend": settings.redis_url,
+        "task_default_queue": str(Queue.DEFAULT),
+        "task_routes": {str(name): {"queue": str(Queue.GPU)} for name in GPU_TASKS},
+        "task_acks_late": True,  # a job whose worker dies is redelivered; jobs are idempotent
+        "task_reject_on_worker_lost": True,
+        "worker_prefetch_multiplier": 1,
+        "task_serializer": "json",
+        "result_serializer": "json",
+        "accept_content": ["json"],
+        "broker_connection_retry_on_startup": True,
+        # Redis redelivers a dead worker's unacknowledged task after this (kombu's default is an
+        # hour: a job whose worker was killed sat that long).
+        "broker_transport_options": {"visibility_timeout": settings.task_visibility_timeout_s},
+        "result_backend_transport_options": {
+            "visibility_timeout": settings.task_visibility_timeout_s
+        },
+        "result_expires": 3600,
+        "beat_schedule": beat_schedule(),
+    }
+
+
+def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
+    from celery import Celery
+
+    app = Celery("inferscale", include=include or [])
+    app.conf.update(celery_config(settings))
+    return app
+
+
+@lru_cache
+def sender() -> Celery:
+    """This process's send-only app (the broker from the settings)."""
+    return make_celery(get_settings())
+
+
+def send_to_broker(task: str, kwargs: dict[str, Any]) -> None:
+    """Celery's ``send_task`` to the task's queue; raises if the broker is down."""
+    sender().send_task(str(task), kwargs=kwargs, queue=str(queue_for(task)), retry=False)
+
+
+def ping_workers(timeout_s: float = 1.0) -> list[str]:
+    """The Celery workers answering a ping within ``timeout_s``."""
+    replies = sender().control.ping(timeout=timeout_s) or []
+    return sorted(name for reply in replies for name in reply)

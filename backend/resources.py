@@ -1,0 +1,53 @@
+"""The composition root: the process-wide resources the API and the workers share, one of each
+per process (the runtime's client, the retrieval index, the embedder, the broker's sender), and
+the ``TenantContext`` a service gets for one tenant. The API builds its own in ``create_app``;
+a worker process, a CLI or a test uses ``process_resources()``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from sqlalchemy.orm import Session
+
+from backend.core.config import Settings, get_settings
+from backend.jobs.pipeline.broker import send_to_broker
+from backend.jobs.pipeline.outbox import Send
+from backend.retrieval.embedder import Embedder, get_embedder
+from backend.retrieval.index import FactIndex
+from backend.runtime.client import EngineClient
+from backend.services.context import TenantContext
+from gpu_runtime.types import TenantId
+
+EMBEDDING_DIM = 384  # MiniLM-L6
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    engine: EngineClient
+    index: FactIndex = field(default_factory=lambda: FactIndex(EMBEDDING_DIM))
+    enqueue: Send = send_to_broker
+
+    @property
+    def embedder(self) -> Embedder:
+        return get_embedder()  # loaded on first use (the API starts fast), once per process
+
+    def tenant_context(
+        self, session: Session, tenant: TenantId, engine: EngineClient | None = None
+    ) -> TenantContext:
+        return TenantContext(
+            session=session,
+            tenant=tenant,
+            index=self.index,
+            embedder=self.embedder,
+            engine=engine or self.engine,
+            enqueue=self.enqueue,
+        )
+
+
+@lru_cache
+def process_resources() -> Resources:
+    """This process's resources (a Celery worker's; anything that is not the API)."""
+    settings = get_settings()
+    return Resources(settings, EngineClient(settings))

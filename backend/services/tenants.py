@@ -1,0 +1,73 @@
+"""Tenants and their API keys (the admin API's writes): create with a first key, delete with
+everything the tenant stored, issue (rotate) and revoke keys."""
+
+from __future__ import annotations
+
+import uuid
+
+from sqlalchemy.orm import Session
+
+from backend.db.models import ApiKey, Tenant
+from backend.errors import NotFoundError
+from backend.repositories.requests import IdempotencyRepository
+from backend.repositories.tenants import ApiKeyRepository, TenantRepository
+from backend.retrieval.index import FactIndex
+from backend.runtime.client import EngineClient
+from gpu_runtime.types import TenantId
+
+TENANT_SCOPE = "tenant"  # a key of one tenant (the admin key is the setting, not a row)
+
+
+class TenantService:
+    def __init__(
+        self, session: Session, pepper: str, engine: EngineClient, index: FactIndex
+    ) -> None:
+        self.session = session
+        self.tenants = TenantRepository(session)
+        self.keys = ApiKeyRepository(session, pepper)
+        self.engine = engine
+        self.index = index
+
+    def get(self, tenant_id: uuid.UUID) -> Tenant:
+        tenant = self.tenants.get(tenant_id)
+        if tenant is None:
+            raise NotFoundError(f"tenant {tenant_id} not found")
+        return tenant
+
+    def create(self, name: str) -> tuple[Tenant, str]:
+        """The tenant and its first key's plaintext (shown once, never stored)."""
+        tenant = self.tenants.create(name)
+        _, plaintext = self.keys.issue(tenant.id, TENANT_SCOPE)
+        self.session.refresh(tenant)
+        return tenant, plaintext
+
+    def delete(self, tenant_id: uuid.UUID) -> None:
+        """The tenant and everything it stored (rows, keys, stored responses); its KV is purged
+        from every tier and file of every runtime replica and its retrieval indexes dropped
+        before this returns (a replica that cannot confirm fails the delete: nothing goes)."""
+        tenant = self.get(tenant_id)
+        typed = TenantId(str(tenant.id))
+        IdempotencyRepository(self.session, typed.value).forget_all()
+        self.tenants.delete(tenant)
+        self.engine.purge_tenant(typed)
+        self.index.drop_tenant(typed)
+
+    def keys_of(self, tenant_id: uuid.UUID) -> list[ApiKey]:
+        self.get(tenant_id)
+        return self.keys.for_tenant(tenant_id)
+
+    def issue_key(self, tenant_id: uuid.UUID, revoke_existing: bool) -> tuple[ApiKey, str]:
+        """A new key; with ``revoke_existing`` the tenant's other keys stop working (rotation)."""
+        self.get(tenant_id)
+        if revoke_existing:
+            self.keys.revoke_all(tenant_id)
+        row, plaintext = self.keys.issue(tenant_id, TENANT_SCOPE)
+        self.session.refresh(row)
+        return row, plaintext
+
+    def revoke_key(self, tenant_id: uuid.UUID, key_id: uuid.UUID) -> ApiKey:
+        row = self.keys.get(key_id)
+        if row is None or row.tenant_id != tenant_id:
+            raise NotFoundError(f"key {key_id} not found")
+        self.keys.revoke(row)
+        return row

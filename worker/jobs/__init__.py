@@ -1,1 +1,0 @@
-"""The work behind the Celery tasks, as plain functions taking ids (testable without Celery)."""
