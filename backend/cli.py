@@ -49,7 +49,7 @@ def run_api(args: argparse.Namespace) -> int:
     # Keep-alive longer than clients' pools keep idle connections (aiohttp 15 s, httpx 5 s): a
     # connection the server dropped must never be picked for the client's next request.
     uvicorn.run("backend.main:app", host=settings.api_host, port=settings.api_port,
-                log_level="info", timeout_keep_alive=75)  # fmt: skip
+                log_level="info", timeout_keep_alive=75, workers=settings.api_workers)  # fmt: skip
     return 0
 
 

@@ -99,6 +99,9 @@ class Settings(BaseSettings):
     api_host: str = Field(default="127.0.0.1", validation_alias="INFERSCALE_API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, validation_alias="INFERSCALE_API_PORT")
     dashboard_host: str = Field(default="127.0.0.1", validation_alias="INFERSCALE_DASHBOARD_HOST")
+    # API processes (uvicorn workers): each its own index and embedder; one is enough for a
+    # small host, a GPU host's core count serves many more concurrent chats with several.
+    api_workers: int = Field(default=1, ge=1, le=64, validation_alias="INFERSCALE_API_WORKERS")
     dashboard_port: int = Field(
         default=8501, ge=1, le=65535, validation_alias="INFERSCALE_DASHBOARD_PORT"
     )

@@ -33,6 +33,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=16)
     parser.add_argument("--conversation", default=str(locomo_dir() / "conv-30.json"))
     parser.add_argument("--out", type=Path, default=Path("runs/serve"))
+    parser.add_argument(
+        "--peer-url",
+        help="also measure the peer: Mem0 + vLLM's OpenAI server "
+        "there, answering with the facts in the prompt (bench/serve/peer.py)",
+    )
+    parser.add_argument("--peer-model", help="the model name vLLM's server serves")
     args = parser.parse_args(argv)
 
     import httpx
@@ -45,11 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     cells = asyncio.run(
         bench.run(_ints(args.users), _ints(args.ks), args.modes.split(","), args.requests_per_user)
     )
+    if args.peer_url:
+        from bench.serve.peer import PeerBench
+
+        peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens)
+        peer.prepare(bench.facts(), bench.questions)
+        cells += asyncio.run(peer.run(_ints(args.users), _ints(args.ks), args.requests_per_user))
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
     result = {
         "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",
         "api": args.api, "readyz": ready, "max_tokens": args.max_tokens,
         "requests_per_user": args.requests_per_user, "tenants": args.tenants,
+        "imports": bench.imports,
+        "peer": {"url": args.peer_url, "model": args.peer_model} if args.peer_url else None,
         "cells": to_rows(cells),
     }  # fmt: skip
     paths = write(result, args.out)

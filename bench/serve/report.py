@@ -16,7 +16,14 @@ def markdown(result: dict[str, Any]) -> str:
         "| req/s | failed | /healthz p95 (max) ms |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in result["cells"]:
+    for i in result.get("imports") or []:
+        took, rate = i["upload_to_kv_ready_s"], i["facts_per_s"]
+        lines.insert(1, f"Import through the API (Celery extraction and encoding): {i['facts']} "
+                        f"facts, upload to every fact's KV ready in {took:.1f} s "
+                        f"({rate:.1f} facts/s).\n")  # fmt: skip
+    ours = [r for r in result["cells"] if r["mode"] != "peer"]
+    peer = [r for r in result["cells"] if r["mode"] == "peer"]
+    for r in ours:
         parts, ttft = r["parts_median_ms"], r["client_ttft_ms"]
         engine = parts.get("engine_ttft", 0.0)
         lines.append(
@@ -27,11 +34,44 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", "Where the client's TTFT went (medians, ms):", "",
               "| users | k | mode | " + " | ".join(PARTS) + " |",
               "|---|---|---|" + "---|" * len(PARTS)]  # fmt: skip
-    for r in result["cells"]:
+    for r in ours:
         parts = r["parts_median_ms"]
         values = " | ".join(f"{parts.get(p, 0.0):.1f}" for p in PARTS)
         lines.append(f"| {r['users']} | {r['k']} | {r['mode']} | {values} |")
+    if peer:
+        lines += _peer_tables(ours, peer)
     return "\n".join(lines) + "\n"
+
+
+def _peer_tables(ours: list[dict[str, Any]], peer: list[dict[str, Any]]) -> list[str]:
+    """The peer's cells and its parts, and each mode's TTFT and req/s against it, cell by cell."""
+    lines = ["", "The peer (Mem0 + vLLM's OpenAI server, facts in the prompt), medians in ms:", "",
+             "| users | k | client TTFT p50 (p95) | search | compose | server | req/s | failed |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in peer:
+        p, t = r["parts_median_ms"], r["client_ttft_ms"]
+        lines.append(
+            f"| {r['users']} | {r['k']} | {t['median']:.1f} ({t['p95']:.1f}) "
+            f"| {p.get('search', 0):.1f} | {p.get('compose', 0):.2f} | {p.get('server', 0):.1f} "
+            f"| {r['requests_per_s']:.2f} | {r['failures']} |"
+        )
+    modes = sorted({r["mode"] for r in ours})
+    lines += ["", "Against the peer (peer TTFT / ours; ours req/s / peer's):", "",
+              "| users | k | " + " | ".join(f"{m} TTFT x | {m} req/s x" for m in modes) + " |",
+              "|---|---|" + "---|---|" * len(modes)]  # fmt: skip
+    for r in peer:
+        cells = []
+        for mode in modes:
+            mine = next((o for o in ours if (o["users"], o["k"], o["mode"]) ==
+                         (r["users"], r["k"], mode)), None)  # fmt: skip
+            if mine is None or not mine["client_ttft_ms"]["median"]:
+                cells += ["-", "-"]
+                continue
+            speed = r["client_ttft_ms"]["median"] / mine["client_ttft_ms"]["median"]
+            rate = mine["requests_per_s"] / r["requests_per_s"] if r["requests_per_s"] else 0.0
+            cells += [f"{speed:.2f}", f"{rate:.2f}"]
+        lines.append(f"| {r['users']} | {r['k']} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write(result: dict[str, Any], out: Path) -> list[Path]:
@@ -46,7 +86,7 @@ def write(result: dict[str, Any], out: Path) -> list[Path]:
         import matplotlib.pyplot as plt
     except ImportError:
         return paths
-    cells = result["cells"]
+    cells = [c for c in result["cells"] if c["mode"] != "peer"]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
     for mode in sorted({c["mode"] for c in cells}):
         for k in sorted({c["k"] for c in cells}):

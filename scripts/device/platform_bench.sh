@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# On the GPU device, once scripts/device/platform.sh has installed the platform:
+#   bash scripts/device/platform_bench.sh serve     # what a tenant's app sees, against the peer
+#   bash scripts/device/platform_bench.sh smollm2   # real SmolLM2 weights: a LoCoMo import
+#                                                   # through Celery, hybrid vs prompt answers
+# serve: the Llama-3.1-8B shape with dummy weights (SmolLM2's vocabulary: the same tokenizer
+# streams text through both stacks); the platform (Postgres, Redis, migrations, the runtime, the
+# API with 4 workers, a Celery worker and beat) and vLLM's own OpenAI server beside it (0.42 of
+# the GPU each; requests alternate, they never run at once); then `inferscale bench serve` at
+# 1 user (20 requests a cell) and 100 users (3 each), k = 0, 20, 50, 100, hybrid/kv/prompt and
+# the peer; then the runtime's own encode rate. Results under $OUT.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+# shellcheck disable=SC1091
+source /root/platform/env.sh
+model=/root/platform/models/llama-3.1-8b-smolvocab
+res=/root/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
+mkdir -p "$res"
+bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks 0,20,50,100
+       --modes hybrid,kv,prompt --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer)
+case ${1:-} in
+  serve)
+    bash scripts/device/platform.sh up "$model" 4 || exit 1
+    bash scripts/device/platform.sh peer "$model"
+    for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
+    curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /root/platform/logs/peer.log; exit 1; }
+    "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+    "${bench[@]}" --users 100 --requests-per-user 3 --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+    python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
+      --out "$res/runtime-encode" 2>&1 | tail -3
+    ;;
+  smollm2)
+    bash scripts/device/platform.sh runtime /root/platform/home/models/SmolLM2-135M-Instruct || exit 1
+    python3 -m inferscale.cli demo-platform --api http://127.0.0.1:8000 --questions 6 2>&1 \
+      | tee "$res/smollm2-demo.log" | tail -60
+    ;;
+  *) sed -n 2,11p "$0"; exit 2 ;;
+esac
+cp /root/platform/logs/*.log "$res/" 2>/dev/null || true
+cat "$res"/serve-*/serve.md 2>/dev/null
+tar -C "$res" -czf "$OUT/${1}.tar.gz" .
