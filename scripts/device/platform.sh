@@ -3,17 +3,17 @@
 # scripts/device/stage_platform.sh (chunks, one device call each).
 #   bash scripts/device/platform.sh receive N        # each staging call; the Nth installs
 #   bash scripts/device/platform.sh receive-gguf M   # the SmolLM2 GGUF; the Mth prepares SmolLM2
-#   source /root/platform/env.sh                     # then, in every later call:
+#   source /opt/platform/env.sh                     # then, in every later call:
 #   bash scripts/device/platform.sh up MODEL_DIR [api workers]   # Postgres, Redis, migrations,
 #        runtime (MODEL_DIR, dummy weights unless it is the real SmolLM2), API, worker, beat
 #   bash scripts/device/platform.sh runtime MODEL_DIR           # the runtime alone, restarted
 #   bash scripts/device/platform.sh peer MODEL_DIR              # vLLM's own OpenAI server :8011
 #   bash scripts/device/platform.sh status | stop
 # Every service runs as a daemon (setsid) so it outlives the call that started it (the device
-# keeps such processes until the machine goes back); logs in /root/platform/logs.
+# keeps such processes until the machine goes back); logs in /opt/platform/logs.
 set -euo pipefail
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
-BASE=${PLATFORM_BASE:-/root/platform}
+BASE=${PLATFORM_BASE:-/opt/platform}  # not under /root: the postgres user must reach it
 STAGE=${PLATFORM_STAGE:-/root/stage}
 LOGS=$BASE/logs
 SITE=${PLATFORM_SITE:-/opt/vsite}
@@ -48,10 +48,12 @@ install() {
     "$payload/vllm.tar.zst" | tar -C "$SITE" -xf -
   python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target "$SITE" \
     $(ls "$payload"/wheels/*.whl | grep -v zstandard) "$payload"/pywheels/*.whl
-  rm -rf "$BASE/pg" && mkdir -p "$BASE/pgwheel"
+  # pgserver's self-contained Postgres; its binaries find their libraries at
+  # $ORIGIN/../../../pgserver.libs, so the wheel's layout stays and pg/ links into it.
+  rm -rf "$BASE/pg" "$BASE/pgwheel" && mkdir -p "$BASE/pgwheel"
   python3 -m zipfile -e "$payload"/pg/pgserver-*.whl "$BASE/pgwheel"
-  mv "$BASE/pgwheel/pgserver/pginstall" "$BASE/pg" && chmod +x "$BASE"/pg/bin/*
-  chmod -R a+rX "$BASE/pg"
+  ln -s "$BASE/pgwheel/pgserver/pginstall" "$BASE/pg" && chmod +x "$BASE"/pg/bin/*
+  chmod -R a+rX "$BASE/pgwheel"
   for deb in "$payload"/redis/*.deb; do dpkg -x "$deb" "$BASE/redis"; done
   mkdir -p "$BASE/models" && cp -r "$payload/models/." "$BASE/models/" && cp -r "$payload/tokenizer" "$BASE/tokenizer"
   write_env

@@ -12,9 +12,9 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck disable=SC1091
-source /root/platform/env.sh
-model=/root/platform/models/llama-3.1-8b-smolvocab
-res=/root/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
+source /opt/platform/env.sh
+model=/opt/platform/models/llama-3.1-8b-smolvocab
+res=/opt/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
 mkdir -p "$res"
 bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks 0,20,50,100
        --modes hybrid,kv,prompt --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer)
@@ -23,19 +23,19 @@ case ${1:-} in
     bash scripts/device/platform.sh up "$model" 4 || exit 1
     bash scripts/device/platform.sh peer "$model"
     for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
-    curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /root/platform/logs/peer.log; exit 1; }
+    curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
     "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
     "${bench[@]}" --users 100 --requests-per-user 3 --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
     python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3
     ;;
   smollm2)
-    bash scripts/device/platform.sh runtime /root/platform/home/models/SmolLM2-135M-Instruct || exit 1
+    bash scripts/device/platform.sh runtime /opt/platform/home/models/SmolLM2-135M-Instruct || exit 1
     python3 -m inferscale.cli demo-platform --api http://127.0.0.1:8000 --questions 6 2>&1 \
       | tee "$res/smollm2-demo.log" | tail -60
     ;;
   *) sed -n 2,11p "$0"; exit 2 ;;
 esac
-cp /root/platform/logs/*.log "$res/" 2>/dev/null || true
+cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null
 tar -C "$res" -czf "$OUT/${1}.tar.gz" .
