@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.serve.serve import Cell, Sample, _summary
+from bench.serve.serve import Cell, Sample, _summary, http_client
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER
 
 PEER_PARTS = ("search", "compose", "server")
@@ -75,7 +75,7 @@ class PeerBench:
         import openai
 
         sdk = openai.AsyncOpenAI(api_key="peer", base_url=f"{self.server}/v1", max_retries=0,
-                                 http_client=openai.DefaultAioHttpClient(timeout=600))  # fmt: skip
+                                 http_client=http_client())  # fmt: skip
         try:
             await self._chat(sdk, 10, 0)  # warm-up
             return [await self._cell(sdk, n, k, per_user) for n in users for k in ks]

@@ -48,6 +48,17 @@ class Cell:
     health_ms: list[float] = field(default_factory=list)
 
 
+def http_client() -> Any:
+    """The OpenAI SDK's aiohttp transport (many concurrent streams, little overhead) where its
+    extra is installed, else its default httpx one."""
+    import openai
+
+    try:
+        return openai.DefaultAioHttpClient(timeout=600)
+    except RuntimeError:  # no `openai[aiohttp]`
+        return openai.DefaultAsyncHttpxClient(timeout=600)
+
+
 def _summary(values: list[float]) -> dict[str, float]:
     if not values:
         return {"median": 0.0, "p95": 0.0, "max": 0.0, "n": 0}
@@ -144,7 +155,7 @@ class ServeBench:
 
         sdks = [openai.AsyncOpenAI(
             api_key=key, base_url=f"{self.api}/v1", max_retries=0,
-            http_client=openai.DefaultAioHttpClient(timeout=600),
+            http_client=http_client(),
         ) for key in self.keys]  # fmt: skip
         try:
             async with httpx.AsyncClient(base_url=self.api, timeout=30) as probe:

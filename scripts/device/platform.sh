@@ -109,13 +109,15 @@ databases() {
     runuser -u pgrun -- "$BASE/pg/bin/initdb" -D "$BASE/pgdata" -U postgres --auth=trust -E UTF8 >/dev/null
   fi
   if ! "$BASE/pg/bin/pg_isready" -h 127.0.0.1 -p 5432 -q; then
-    runuser -u pgrun -- "$BASE/pg/bin/pg_ctl" -D "$BASE/pgdata" -l "$LOGS/postgres.log" -w start \
+    runuser -u pgrun -- "$BASE/pg/bin/pg_ctl" -D "$BASE/pgdata" -l "$BASE/pgdata/postgres.log" -w start \
       -o "-p 5432 -c listen_addresses=127.0.0.1 -k /tmp -c max_connections=500 -c shared_buffers=2GB"
     "$BASE/pg/bin/psql" -h 127.0.0.1 -U postgres -qc "create database inferscale" 2>/dev/null || true
   fi
   if ! (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null; then
+    # One binary, several tools: it is the server when called redis-server (as Debian links it).
+    ln -sf redis-check-rdb "$BASE/redis/usr/bin/redis-server"
     LD_LIBRARY_PATH=$BASE/redis/usr/lib/x86_64-linux-gnu daemon redis \
-      "$BASE/redis/usr/bin/redis-check-rdb" --port 6379 --bind 127.0.0.1 --save "" --appendonly no
+      "$BASE/redis/usr/bin/redis-server" --port 6379 --bind 127.0.0.1 --save "" --appendonly no
     for _ in $(seq 30); do (exec 3<>/dev/tcp/127.0.0.1/6379) 2>/dev/null && break; sleep 0.2; done
   fi
   python3 -m inferscale.cli migrate
@@ -123,6 +125,9 @@ databases() {
 
 runtime() {  # runtime MODEL_DIR: dummy weights for a shape (config.json only), else real
   local model=$1
+  if [ "$(cat "$BASE/runtime.model" 2>/dev/null)" = "$model" ] && curl -sf http://127.0.0.1:8100/readyz >/dev/null; then
+    say "runtime already serving $model"; return
+  fi
   stop_one runtime
   local format=dummy tokenizer=$BASE/tokenizer
   if [ -f "$model/model.safetensors" ]; then format=auto; tokenizer=$model; fi
@@ -131,6 +136,7 @@ runtime() {  # runtime MODEL_DIR: dummy weights for a shape (config.json only), 
     INFERSCALE_GPU_POOL_BYTES=$((8 << 30)) INFERSCALE_HOST_POOL_BYTES=$((16 << 30)) \
     daemon runtime python3 -m gpu_runtime serve --host 127.0.0.1 --port 8100
   wait_http http://127.0.0.1:8100/readyz 600 runtime
+  echo "$model" >"$BASE/runtime.model"
   say "runtime ready: $model ($format)"
 }
 
@@ -147,6 +153,7 @@ up() {  # up MODEL_DIR [API workers]
 }
 
 peer() {  # peer MODEL_DIR: vLLM's own OpenAI server, the same shape and tokenizer, :8011
+  curl -sf http://127.0.0.1:8011/health >/dev/null && { say "peer already serving"; return; }
   stop_one peer
   daemon peer python3 -m vllm.entrypoints.openai.api_server --model "$1" --tokenizer "$BASE/tokenizer" \
     --load-format dummy --port 8011 --max-model-len 4096 --served-model-name peer \
