@@ -110,3 +110,41 @@ def test_numpy_model_matches_sentence_transformers(embedder: Embedder) -> None:
     ours = embedder.embed(texts)
     assert np.abs(ours - reference).max() < 1e-5
     assert float((ours * reference).sum(axis=1).min()) > 0.99999
+
+
+def test_concurrent_callers_share_forward_passes_and_get_their_own_rows(
+    embedder: Embedder,
+) -> None:
+    """Callers that arrive while a pass runs are embedded together in the next one; each gets
+    exactly the rows it would have got alone (padding to the batch's longest text is masked)."""
+    import threading
+
+    alone = {text: embedder.embed([text])[0] for text in FACTS}
+    results: dict[str, np.ndarray] = {}
+    start = threading.Barrier(len(FACTS))
+
+    def call(text: str) -> None:
+        start.wait()
+        results[text] = embedder.embed([text])[0]
+
+    before = embedder.forward_batches
+    threads = [threading.Thread(target=call, args=(text,)) for text in FACTS]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    passes = embedder.forward_batches - before
+    assert 1 <= passes < len(FACTS)  # shared: fewer passes than callers
+    for text in FACTS:
+        np.testing.assert_allclose(results[text], alone[text], atol=1e-5)
+
+
+def test_a_failed_pass_fails_every_caller_in_it_and_the_next_pass_works(
+    embedder: Embedder, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = embedder._model.encode
+    monkeypatch.setattr(embedder._model, "encode", lambda texts: 1 / 0)
+    with pytest.raises(ZeroDivisionError):
+        embedder.embed(["anything"])
+    monkeypatch.setattr(embedder._model, "encode", real)
+    assert embedder.embed(["anything"]).shape == (1, 384)
