@@ -8,7 +8,8 @@
 # API with 4 workers, a Celery worker and beat) and vLLM's own OpenAI server beside it (0.42 of
 # the GPU each; requests alternate, they never run at once); then `inferscale bench serve` at
 # 1 user (20 requests a cell) and 100 users (3 each), k = 0, 20, 50, 100, hybrid/kv/prompt and
-# the peer; then the runtime's own encode rate. Results under $OUT.
+# the peer; then the runtime's own encode rate. Results under $OUT. A subset: KS=50 MODES=kv,hybrid
+# ENCODE=0 (the runtime's encode rate skipped).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck disable=SC1091
@@ -16,8 +17,8 @@ source /opt/platform/env.sh
 model=/opt/platform/models/llama-3.1-8b-smolvocab
 res=/opt/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
 mkdir -p "$res"
-bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks 0,20,50,100
-       --modes hybrid,kv,prompt --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer)
+bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,100}"
+       --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer)
 case ${1:-} in
   serve)
     bash scripts/device/platform.sh up "$model" 4 || exit 1
@@ -26,7 +27,7 @@ case ${1:-} in
     curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
     "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
     "${bench[@]}" --users 100 --requests-per-user 3 --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
-    python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
+    [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3
     ;;
   smollm2)
