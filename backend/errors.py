@@ -9,6 +9,7 @@ class AppError(Exception):
     status_code = 500
     code = "internal_error"
     param: str | None = None  # the request field at fault, where OpenAI's clients read it
+    headers: dict[str, str] | None = None  # response headers it needs (a 429's Retry-After)
 
     def __init__(self, message: str) -> None:
         super().__init__(message)
@@ -49,3 +50,14 @@ class InvalidRequestError(AppError):
 
 class UnavailableError(AppError):
     status_code, code = 503, "unavailable"
+
+
+class RateLimitedError(AppError):
+    """Over one of the tenant's limits: OpenAI's 429 with its ``x-ratelimit-*`` headers and
+    ``Retry-After``, which the official SDKs read to retry by themselves."""
+
+    status_code, code = 429, "rate_limit_exceeded"
+
+    def __init__(self, message: str, headers: dict[str, str]) -> None:
+        super().__init__(message)
+        self.headers = headers

@@ -16,6 +16,7 @@ from backend.api.routes import (
     conversations,
     health,
     jobs,
+    limits,
     mem0,
     memories,
     models,
@@ -45,7 +46,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     )
     app.state.resources = resources
     install_error_handlers(app)
-    routers = (health, admin, admin_memories, overview, operations, replicas, memories,
+    routers = (health, admin, limits, admin_memories, overview, operations, replicas, memories,
                conversations, chat, models, jobs, mem0)  # fmt: skip
     for module in routers:
         app.include_router(module.router)

@@ -5,6 +5,7 @@ a worker process, a CLI or a test uses ``process_resources()``."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -17,6 +18,7 @@ from backend.retrieval.embedder import Embedder, get_embedder
 from backend.retrieval.index import FactIndex
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
+from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
 
 EMBEDDING_DIM = 384  # MiniLM-L6
@@ -28,6 +30,11 @@ class Resources:
     engine: EngineClient
     index: FactIndex = field(default_factory=lambda: FactIndex(EMBEDDING_DIM))
     enqueue: Send = send_to_broker
+
+    @functools.cached_property
+    def limiter(self) -> RateLimiter:
+        """Per-tenant limits in Redis (the API's; connects on first use)."""
+        return RateLimiter(self.settings.redis_url, self.settings.rate_limit_window_s)
 
     @property
     def embedder(self) -> Embedder:

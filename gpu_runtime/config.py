@@ -91,6 +91,11 @@ class RuntimeSettings(BaseSettings):
     dtype: str = "auto"  # auto: bfloat16 on GPUs and CPUs with bf16 units, else float32
     max_model_len: int = 4096
     max_num_seqs: int = 256
+    # Requests handed to the engine at once; the rest wait in their tenant's queue and are
+    # admitted least-served tenant first (gpu_runtime/fairness.py). None: max_num_seqs on GPUs,
+    # 8 on CPUs (where every sequence in a batch costs compute, so a deep engine queue is only
+    # a first-come-first-served backlog out of the fair queues' reach).
+    engine_slots: int | None = Field(default=None, ge=1)
     kv_cache_space_gib: int = 1  # vLLM-CPU's paged cache (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float = 0.85
     enforce_eager: bool | None = None  # None: eager on CPUs, CUDA graphs on GPUs
@@ -145,6 +150,12 @@ class RuntimeSettings(BaseSettings):
     @property
     def on_gpu(self) -> bool:
         return cuda_available()
+
+    @property
+    def resolved_engine_slots(self) -> int:
+        if self.engine_slots is not None:
+            return self.engine_slots
+        return self.max_num_seqs if self.on_gpu else min(self.max_num_seqs, 8)
 
     @property
     def resolved_enforce_eager(self) -> bool:

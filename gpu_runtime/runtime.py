@@ -26,6 +26,7 @@ from gpu_runtime.connector.hints import HintSender
 from gpu_runtime.connector.wire import WIRE_KEY, encode_params
 from gpu_runtime.engine import connector_options, refusal_errors, sampling_params, start_engine
 from gpu_runtime.errors import EngineError, InvalidRequestError, PromptTooLongError
+from gpu_runtime.fairness import FairGate
 from gpu_runtime.generation import Delta, EncodeJob, Finish, Generation, Mode, Sampling
 from gpu_runtime.store.disk.stored_facts import StoredFacts
 from gpu_runtime.types import (
@@ -59,6 +60,7 @@ class InjectionRuntime:
         self._prefix = uuid.uuid4().hex[:8]
         self._preambles: dict[FactKey, asyncio.Future[None]] = {}
         self._hints: HintSender | None = None
+        self.gate = FairGate(settings.resolved_engine_slots)  # tenants' fair turns at the engine
         self.workers: list[dict[str, Any]] = []  # each rank, as it describes itself
 
     @classmethod
@@ -116,7 +118,7 @@ class InjectionRuntime:
         prompt_tokens = len(request.token_ids)
         completion = cached = injected = 0
         finish: str | None = None
-        async for output in self._run(request.token_ids, salt, sampling, params):
+        async for output in self._run(tenant, request.token_ids, salt, sampling, params):
             best = output.outputs[0]
             if best.token_ids and first is None:
                 first = time.perf_counter()
@@ -155,7 +157,7 @@ class InjectionRuntime:
 
         async def one(job: EncodeJob) -> None:
             params = encode_params(tenant, config, inject=job.inject, capture=job.capture)
-            async for _ in self._run(job.token_ids, salt, sampling, params):
+            async for _ in self._run(tenant, job.token_ids, salt, sampling, params):
                 pass
 
         await asyncio.gather(*(one(job) for job in jobs))
@@ -255,6 +257,7 @@ class InjectionRuntime:
 
     async def _run(
         self,
+        tenant: TenantId,
         token_ids: tuple[int, ...],
         salt: str,
         sampling: Sampling,
@@ -266,8 +269,12 @@ class InjectionRuntime:
         request_id = f"isr-{self._prefix}-{next(self._ids)}"
         try:
             # Closed explicitly: a client that goes away aborts its request in the engine now.
-            async with aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream:
+            async with (
+                self.gate.slot(tenant, len(token_ids)) as share,
+                aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream,
+            ):
                 async for output in stream:
+                    self.gate.charge_decode(share, len(output.outputs[0].token_ids))
                     yield output
         except (asyncio.CancelledError, GeneratorExit):
             raise

@@ -43,6 +43,9 @@ os.environ["INFERSCALE_HOST_POOL_BYTES"] = str(64 << 20)
 os.environ["INFERSCALE_POOL_SLAB_BYTES"] = str(64 << 10)
 os.environ.setdefault("INFERSCALE_ADMIN_KEY", "test-admin-key")
 os.environ["INFERSCALE_SERVICE_TOKEN"] = SERVICE_TOKEN
+# The schema fuzzers send thousands of requests a minute as one tenant: no default request
+# limit in the session (tests/backend/api/test_rate_limits.py sets each tenant's own).
+os.environ["INFERSCALE_RATE_LIMIT_RPM"] = "0"
 # Mem0's SDK (tests of our Mem0 surface) sends no telemetry and writes its config in a temp dir.
 os.environ["MEM0_TELEMETRY"] = "False"
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="inferscale-test-mem0-"))

@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from backend.api.metrics import TENANT_REQUESTS
 from backend.core.config import Settings
 from backend.db.session import commit, session_factory
-from backend.errors import ForbiddenError, NotFoundError, UnauthorizedError
-from backend.repositories.tenants import ApiKeyRepository, TenantRepository
+from backend.errors import ForbiddenError, NotFoundError, RateLimitedError, UnauthorizedError
+from backend.repositories.tenants import ApiKeyRepository, LimitOverrides, TenantRepository
 from backend.resources import Resources
 from backend.services.context import TenantContext
+from backend.services.rate_limits import Admission, TenantLimits
 from backend.services.tenants import TenantService
 from gpu_runtime.types import TenantId
 
@@ -53,6 +55,7 @@ SessionDep = Annotated[Session, Depends(get_session)]
 class Caller:
     scope: str  # "admin" | "tenant"
     tenant_id: uuid.UUID | None
+    limits: LimitOverrides = field(default_factory=LimitOverrides)
 
 
 # Declares the scheme in the OpenAPI document; our own 401 says what is missing.
@@ -90,10 +93,11 @@ def get_caller(
 
 
 def _tenant_caller(session: Session, settings: Settings, key: str) -> Caller:
-    row = ApiKeyRepository(session, settings.api_key_pepper).find_active(key)
-    if row is None:  # unknown, revoked, or its tenant deleted
+    found = ApiKeyRepository(session, settings.api_key_pepper).find_active(key)
+    if found is None:  # unknown, revoked, or its tenant deleted
         raise UnauthorizedError("invalid or revoked API key")
-    return Caller(row.scope, row.tenant_id)
+    row, limits = found
+    return Caller(row.scope, row.tenant_id, limits)
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
@@ -108,13 +112,44 @@ def require_admin(caller: CallerDep) -> Caller:
 AdminDep = Annotated[Caller, Depends(require_admin)]
 
 
-def require_tenant(caller: CallerDep) -> TenantId:
+def admit_tenant(caller: CallerDep, resources: ResourcesDep) -> Iterator[Admission]:
+    """A tenant's request, let in under its limits (else OpenAI's 429); its slot in flight is
+    given back once the response is sent, a streamed one included (``scope="request"``)."""
     if caller.scope != "tenant" or caller.tenant_id is None:
         raise ForbiddenError("this endpoint needs a tenant key")
-    return TenantId(str(caller.tenant_id))
+    tenant = TenantId(str(caller.tenant_id))
+    limits = effective_limits(caller.limits, resources.settings)
+    try:
+        admission = resources.limiter.admit(tenant, limits)
+    except RateLimitedError:
+        TENANT_REQUESTS.labels(tenant.value, "limited").inc()
+        raise
+    TENANT_REQUESTS.labels(tenant.value, "admitted").inc()
+    try:
+        yield admission
+    finally:
+        admission.release()
+
+
+AdmissionDep = Annotated[Admission, Depends(admit_tenant, scope="request")]
+
+
+def require_tenant(admission: AdmissionDep) -> TenantId:
+    return admission.tenant
 
 
 TenantDep = Annotated[TenantId, Depends(require_tenant)]
+
+
+def effective_limits(overrides: LimitOverrides, settings: Settings) -> TenantLimits:
+    def pick(own: int | None, default: int) -> int:
+        return default if own is None else own
+
+    return TenantLimits(
+        requests_per_window=pick(overrides.requests_per_minute, settings.rate_limit_requests),
+        tokens_per_window=pick(overrides.tokens_per_minute, settings.rate_limit_tokens),
+        concurrent=pick(overrides.max_concurrent_requests, settings.rate_limit_concurrent),
+    )
 
 
 def get_tenant_context(

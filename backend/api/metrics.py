@@ -16,3 +16,11 @@ CHAT_TTFT = Histogram(
 CHAT_MEMORIES = Histogram(
     "inferscale_chat_memories", "Memories used per chat", buckets=(0, 1, 5, 10, 20, 50, 100, 200)
 )
+TENANT_REQUESTS = Counter(
+    "inferscale_tenant_requests_total",
+    "Tenants' requests by outcome at their limits (admitted, limited: a 429)",
+    ["tenant", "outcome"],
+)
+TENANT_TOKENS = Counter(
+    "inferscale_tenant_tokens_total", "Tokens served to each tenant's chats", ["tenant", "kind"]
+)

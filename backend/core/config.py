@@ -121,6 +121,23 @@ class Settings(BaseSettings):
         default=2, ge=0, le=200, validation_alias="INFERSCALE_HYBRID_RECOMPUTE"
     )
 
+    # Each tenant's limits unless its row says otherwise (0: no limit), counted in Redis so they
+    # hold across API processes and hosts: requests and tokens (prompt + completion) per window,
+    # and requests in flight. Over a limit: OpenAI's 429 with x-ratelimit-* and Retry-After.
+    rate_limit_requests: int = Field(
+        default=6000, ge=0, validation_alias="INFERSCALE_RATE_LIMIT_RPM"
+    )
+    rate_limit_tokens: int = Field(
+        default=10_000_000, ge=0, validation_alias="INFERSCALE_RATE_LIMIT_TPM"
+    )
+    rate_limit_concurrent: int = Field(
+        default=256, ge=0, validation_alias="INFERSCALE_RATE_LIMIT_CONCURRENT"
+    )
+    # The window the per-minute limits count over (seconds; 60 unless a test shortens it).
+    rate_limit_window_s: float = Field(
+        default=60.0, gt=0, le=3600, validation_alias="INFERSCALE_RATE_LIMIT_WINDOW_S"
+    )
+
     # Names the chat API answers to besides the served model's own (comma-separated); any other
     # `model` is OpenAI's 404 model_not_found.
     model_aliases: str = Field(default="inferscale", validation_alias="INFERSCALE_MODEL_ALIASES")

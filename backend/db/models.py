@@ -62,6 +62,10 @@ class Tenant(Base):
     name: Mapped[str] = mapped_column(String(200), unique=True)
     created_at: Mapped[datetime] = _now_column()
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Per-tenant limits (null: the settings' defaults; 0: none), enforced in Redis by the API.
+    requests_per_minute: Mapped[int | None] = mapped_column()
+    tokens_per_minute: Mapped[int | None] = mapped_column()
+    max_concurrent_requests: Mapped[int | None] = mapped_column()
 
 
 class ApiKey(Base):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import func, or_, select
@@ -14,6 +15,15 @@ from backend.core.security import display_prefix, generate_api_key, hash_api_key
 from backend.db.models import ApiKey, Tenant
 from backend.errors import ConflictError
 from backend.repositories.base import Page
+
+
+@dataclass(frozen=True)
+class LimitOverrides:
+    """A tenant's own limits (None: the settings' default; 0: none)."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
 
 
 class TenantRepository:
@@ -70,19 +80,26 @@ class ApiKeyRepository:
         self.session.flush()
         return row, plaintext
 
-    def find_active(self, plaintext: str) -> ApiKey | None:
-        """The key if it is not revoked and its tenant (if any) is not deleted: one query, as
-        every request authenticates."""
-        row = self.session.scalar(
-            select(ApiKey)
+    def find_active(self, plaintext: str) -> tuple[ApiKey, LimitOverrides] | None:
+        """The key if it is not revoked and its tenant (if any) is not deleted, with the
+        tenant's limit overrides: one query, as every request authenticates."""
+        row = self.session.execute(
+            select(
+                ApiKey,
+                Tenant.requests_per_minute,
+                Tenant.tokens_per_minute,
+                Tenant.max_concurrent_requests,
+            )
             .outerjoin(Tenant, Tenant.id == ApiKey.tenant_id)
             .where(
                 ApiKey.key_hash == hash_api_key(plaintext, self.pepper),
                 ApiKey.revoked_at.is_(None),
                 or_(ApiKey.tenant_id.is_(None), Tenant.deleted_at.is_(None)),
             )
-        )
-        return row
+        ).first()
+        if row is None:
+            return None
+        return row[0], LimitOverrides(row[1], row[2], row[3])
 
     def for_tenant(self, tenant_id: uuid.UUID) -> list[ApiKey]:
         return list(

@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from backend.db.models import ApiKey, Tenant
 from backend.errors import NotFoundError
 from backend.repositories.requests import IdempotencyRepository
-from backend.repositories.tenants import ApiKeyRepository, TenantRepository
+from backend.repositories.tenants import ApiKeyRepository, LimitOverrides, TenantRepository
 from backend.retrieval.index import FactIndex
 from backend.runtime.client import EngineClient
 from gpu_runtime.types import TenantId
@@ -32,6 +32,15 @@ class TenantService:
         tenant = self.tenants.get(tenant_id)
         if tenant is None:
             raise NotFoundError(f"tenant {tenant_id} not found")
+        return tenant
+
+    def set_limits(self, tenant_id: uuid.UUID, limits: LimitOverrides) -> Tenant:
+        """The tenant's own limits (None: the settings' default; 0: no limit)."""
+        tenant = self.get(tenant_id)
+        tenant.requests_per_minute = limits.requests_per_minute
+        tenant.tokens_per_minute = limits.tokens_per_minute
+        tenant.max_concurrent_requests = limits.max_concurrent_requests
+        self.session.flush()
         return tenant
 
     def create(self, name: str) -> tuple[Tenant, str]:

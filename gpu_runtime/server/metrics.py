@@ -24,11 +24,42 @@ TOKENS = Counter(
 ENCODED = Counter("inferscale_runtime_encoded_facts_total", "Facts encoded", registry=REGISTRY)
 
 
-def render(workers: list[dict[str, Any]]) -> bytes:
-    """The process's series plus the pool's, from the workers' stats of this scrape."""
+def render(workers: list[dict[str, Any]], fairness: dict[str, dict[str, float]]) -> bytes:
+    """The process's series plus the pool's, from the workers' stats of this scrape, and each
+    tenant's side of the fair gate (``FairGate.snapshot()``)."""
     pool = CollectorRegistry()
     pool.register(_PoolCollector(workers))
+    pool.register(_FairnessCollector(fairness))
     return generate_latest(REGISTRY) + generate_latest(pool)
+
+
+class _FairnessCollector:
+    SERIES = {
+        "running": ("gauge", "Requests of the tenant in the engine now"),
+        "waiting": ("gauge", "Requests of the tenant waiting for an engine slot"),
+        "admitted": ("counter", "Requests admitted to the engine"),
+        "queued": ("counter", "Admissions that waited for a slot"),
+        "queue_wait_s": ("counter", "Seconds admissions waited for a slot, in total"),
+        "prefill_tokens": ("counter", "Prompt tokens served"),
+        "decode_tokens": ("counter", "Generated tokens served"),
+    }
+
+    def __init__(self, fairness: dict[str, dict[str, float]]) -> None:
+        self.fairness = fairness
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        for name, (kind, text) in self.SERIES.items():
+            metric = f"inferscale_runtime_tenant_{name.removesuffix('_s')}"
+            if name == "queue_wait_s":
+                metric = "inferscale_runtime_tenant_queue_wait_seconds"
+            family: Any = (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
+                metric, text, labels=["tenant"]
+            )
+            for tenant, row in self.fairness.items():
+                family.add_metric([tenant], row[name])
+            yield family
 
 
 class _PoolCollector:

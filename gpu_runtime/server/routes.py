@@ -64,7 +64,10 @@ async def readyz(state: StateDep) -> JSONResponse:
 @probes.get("/metrics", dependencies=[ServiceTokenDep])
 async def prometheus(state: StateDep) -> Response:
     workers = await state.runtime.stats(None) if state.runtime is not None else []
-    return PlainTextResponse(metrics.render(workers), media_type="text/plain; version=0.0.4")
+    fairness = state.runtime.gate.snapshot() if state.runtime is not None else {}
+    return PlainTextResponse(
+        metrics.render(workers, fairness), media_type="text/plain; version=0.0.4"
+    )
 
 
 # ---- the API ------------------------------------------------------------------------------
@@ -237,6 +240,12 @@ async def stats(
 ) -> p.StatsResult:
     who = TenantId(tenant) if tenant is not None else None
     workers = await runtime.stats(who)
+    fairness = runtime.gate.snapshot()
+    if tenant is not None:
+        fairness = {tenant: fairness[tenant]} if tenant in fairness else {}
     return p.StatsResult(
-        tenant=tenant, workers=workers, epoch=runtime.epoch(who) if who is not None else 0
+        tenant=tenant,
+        workers=workers,
+        epoch=runtime.epoch(who) if who is not None else 0,
+        fairness=fairness,
     )

@@ -21,8 +21,8 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from backend.api import openai_compat
-from backend.api.deps import SettingsDep, TenantContextDep, commit
-from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT
+from backend.api.deps import AdmissionDep, SettingsDep, TenantContextDep, commit
+from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT, TENANT_TOKENS
 from backend.api.middleware import ARRIVED
 from backend.api.schemas.chat import ChatCompletionRequest, inferscale_extension, usage_of
 from backend.api.schemas.common import AUTHED, error_responses
@@ -31,6 +31,7 @@ from backend.errors import AppError
 from backend.runtime.client import EngineClient
 from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode, log_request
 from backend.services.context import TenantContext
+from backend.services.rate_limits import Admission
 from gpu_runtime.client import protocol as p
 from gpu_runtime.types import TenantId
 
@@ -38,11 +39,15 @@ router = APIRouter(prefix="/v1/chat", tags=["chat"], responses=error_responses(*
 logger = logging.getLogger(__name__)
 
 
-def _record(tenant: TenantId, run: ChatRun) -> None:
+def _record(tenant: TenantId, run: ChatRun, admission: Admission) -> None:
     """Written after the answer is out, in its own transaction (the request's is closed). The
-    request log is observability: failing to write it never fails the answer."""
+    request log is observability: failing to write it never fails the answer. The tokens count
+    towards the tenant's tokens per window."""
     CHAT_TTFT.labels(run.request.mode.value).observe((run.ttft_ms or 0) / 1000)
     CHAT_MEMORIES.observe(run.k)
+    TENANT_TOKENS.labels(tenant.value, "prompt").inc(run.prompt_tokens)
+    TENANT_TOKENS.labels(tenant.value, "completion").inc(run.completion_tokens)
+    admission.record_tokens(run.prompt_tokens + run.completion_tokens)
     try:
         log_request(tenant, run)
     except Exception:
@@ -66,7 +71,11 @@ def _retrieve(
 
 @router.post("/completions", response_model=None, responses=error_responses(400, 404))
 async def chat_completions(
-    body: ChatCompletionRequest, ctx: TenantContextDep, settings: SettingsDep, http: Request
+    body: ChatCompletionRequest,
+    ctx: TenantContextDep,
+    settings: SettingsDep,
+    http: Request,
+    admission: AdmissionDep,
 ) -> Any:
     openai_compat.refuse_unsupported(body)
     recompute = body.memory.recompute
@@ -88,11 +97,11 @@ async def chat_completions(
     stream = _Stream(completion_id, created, model, body)
     if body.stream:
         return StreamingResponse(
-            _sse(run, first, events, ctx.tenant, stream), media_type="text/event-stream"
+            _sse(run, first, events, ctx.tenant, stream, admission), media_type="text/event-stream"
         )
     received = [first, *[event async for event in events]]
     text = "".join(event.text for event in received)
-    await run_in_threadpool(_record, ctx.tenant, run)
+    await run_in_threadpool(_record, ctx.tenant, run, admission)
     return JSONResponse(
         {
             "id": completion_id,
@@ -141,6 +150,7 @@ async def _sse(
     rest: AsyncIterator[p.GenerateEvent],
     tenant: TenantId,
     stream: _Stream,
+    admission: Admission,
 ) -> AsyncIterator[str]:
     def choice(delta: dict[str, Any], finish: str | None, logprobs: Any = None) -> dict[str, Any]:
         return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
@@ -165,4 +175,4 @@ async def _sse(
         yield f"data: {json.dumps({'error': error})}\n\n"
         return
     yield "data: [DONE]\n\n"
-    await run_in_threadpool(_record, tenant, run)
+    await run_in_threadpool(_record, tenant, run, admission)

@@ -39,7 +39,9 @@ class Mem0Route(APIRoute):
                 return await handler(request)
             except AppError as exc:
                 body: dict[str, Any] = error_body(exc.code, exc.message, exc.param)
-                return JSONResponse({**body, "detail": exc.message}, exc.status_code)
+                return JSONResponse(
+                    {**body, "detail": exc.message}, exc.status_code, headers=exc.headers
+                )
             except RequestValidationError as exc:
                 message = validation_message(exc)
                 body = error_body("invalid_request", message)

@@ -57,3 +57,18 @@ class JobOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     result: dict[str, Any] = Field(default_factory=dict)
+
+
+class TenantLimitsIn(BaseModel):
+    """A tenant's own limits: null keeps the platform's default, 0 means no limit."""
+
+    requests_per_minute: int | None = Field(default=None, ge=0, le=10_000_000)
+    tokens_per_minute: int | None = Field(default=None, ge=0, le=10_000_000_000)
+    max_concurrent_requests: int | None = Field(default=None, ge=0, le=100_000)
+
+
+class TenantLimitsOut(BaseModel):
+    overrides: TenantLimitsIn  # as set (null: the default)
+    effective: TenantLimitsIn  # what is enforced (0: no limit)
+    window_s: float  # the "minute" the per-minute limits count over
+    usage: dict[str, float]  # this window's requests and tokens, requests in flight

@@ -1,0 +1,138 @@
+"""Fair admission to the engine: per-tenant queues in front of vLLM, served by virtual token
+counters (Sheng et al., "Fairness in Serving Large Language Models", OSDI '24).
+
+vLLM serves what it is given first come, first served; a tenant that sends forty requests at
+once would fill the engine's batch and everyone else would queue behind its backlog. So the
+runtime hands the engine at most ``slots`` requests at a time. While a slot is free a request
+goes straight in (work-conserving: an idle platform gives one tenant everything). When none is,
+requests wait in their tenant's queue, and each freed slot goes to the waiting tenant that has
+been served least: its counter, the tokens it was served (prefill and decode, weighted) divided
+by its weight. A tenant that starts waiting is lifted to the smallest counter among tenants
+already waiting, so idle time is never banked into a burst later.
+
+Pure bookkeeping on the event loop: no torch, no vLLM, unit-testable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from gpu_runtime.types import TenantId
+
+PREFILL_WEIGHT = 1.0  # a prompt token's cost to the counter
+DECODE_WEIGHT = 2.0  # a generated token's: a step each, where prompt tokens share one
+
+
+@dataclass
+class TenantShare:
+    """One tenant's side of the gate (what ``/metrics`` and the stats show)."""
+
+    weight: float = 1.0
+    counter: float = 0.0  # weighted tokens served / weight
+    waiting: deque[asyncio.Future[None]] = field(default_factory=deque)
+    running: int = 0
+    admitted: int = 0
+    queued: int = 0  # admissions that had to wait
+    wait_s: float = 0.0  # their total wait
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+
+
+class FairGate:
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError("the engine needs at least one slot")
+        self.slots = slots
+        self.running = 0
+        self.tenants: dict[TenantId, TenantShare] = {}
+
+    def share(self, tenant: TenantId) -> TenantShare:
+        share = self.tenants.get(tenant)
+        if share is None:
+            share = self.tenants[tenant] = TenantShare()
+        return share
+
+    def set_weight(self, tenant: TenantId, weight: float) -> None:
+        if weight <= 0:
+            raise ValueError("a tenant's weight must be positive")
+        self.share(tenant).weight = weight
+
+    @property
+    def waiting(self) -> int:
+        return sum(len(s.waiting) for s in self.tenants.values())
+
+    @asynccontextmanager
+    async def slot(self, tenant: TenantId, prompt_tokens: int) -> AsyncIterator[TenantShare]:
+        """Holds one engine slot for ``tenant`` while the body runs; the prompt is charged on
+        admission, generated tokens through ``charge_decode``."""
+        share = self.share(tenant)
+        if self.running < self.slots and not self.waiting:
+            self.running += 1
+        else:
+            await self._wait(tenant, share)
+        share.running += 1
+        share.admitted += 1
+        self._charge(share, prompt_tokens * PREFILL_WEIGHT)
+        share.prefill_tokens += prompt_tokens
+        try:
+            yield share
+        finally:
+            share.running -= 1
+            self._release()
+
+    def charge_decode(self, share: TenantShare, tokens: int) -> None:
+        share.decode_tokens += tokens
+        self._charge(share, tokens * DECODE_WEIGHT)
+
+    async def _wait(self, tenant: TenantId, share: TenantShare) -> None:
+        if not share.waiting:  # starts waiting: lifted to the least-served waiting tenant
+            floor = [s.counter for s in self.tenants.values() if s.waiting]
+            if floor:
+                share.counter = max(share.counter, min(floor))
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        share.waiting.append(ticket)
+        queued = time.perf_counter()
+        try:
+            await ticket  # the slot was handed over with the ticket (``running`` counts it)
+        except asyncio.CancelledError:
+            if ticket in share.waiting:
+                share.waiting.remove(ticket)
+            elif ticket.done() and not ticket.cancelled():
+                self._release()  # handed a slot as the caller went away: pass it on
+            raise
+        share.queued += 1
+        share.wait_s += time.perf_counter() - queued
+
+    def _release(self) -> None:
+        """A slot frees: it goes to the least-served waiting tenant, else back to the pool."""
+        candidates = [s for s in self.tenants.values() if s.waiting]
+        if not candidates:
+            self.running -= 1
+            return
+        least = min(candidates, key=lambda s: s.counter)
+        least.waiting.popleft().set_result(None)
+
+    @staticmethod
+    def _charge(share: TenantShare, cost: float) -> None:
+        share.counter += cost / share.weight
+
+    def snapshot(self) -> dict[str, dict[str, float]]:
+        return {
+            tenant.value: {
+                "weight": s.weight,
+                "counter": round(s.counter, 1),
+                "running": s.running,
+                "waiting": len(s.waiting),
+                "admitted": s.admitted,
+                "queued": s.queued,
+                "queue_wait_s": round(s.wait_s, 3),
+                "prefill_tokens": s.prefill_tokens,
+                "decode_tokens": s.decode_tokens,
+            }
+            for tenant, s in self.tenants.items()
+        }
