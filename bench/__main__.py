@@ -1,5 +1,6 @@
 """``python -m bench`` (also ``inferscale bench``): ``serve`` (through a running API),
-``capacity`` (the pool's capacity model), anything else the runtime benchmarks' own parser."""
+``fairness`` (the noisy-neighbour benchmark), ``capacity`` (the pool's capacity model),
+anything else the runtime benchmarks' own parser."""
 
 from __future__ import annotations
 
@@ -12,6 +13,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.serve.__main__ import main as serve
 
         return serve(given[1:])
+    if given[:1] == ["fairness"]:
+        from bench.serve.fairness_cli import main as fairness
+
+        return fairness(given[1:])
     if given[:1] == ["capacity"]:
         from bench.capacity.__main__ import main as capacity
 

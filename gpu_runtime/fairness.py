@@ -66,10 +66,25 @@ class FairGate:
     def waiting(self) -> int:
         return sum(len(s.waiting) for s in self.tenants.values())
 
+    def resize(self, slots: int) -> None:
+        """An operator's change of the engine's share of requests, live: waiting requests
+        take the new slots at once (least-served first)."""
+        if slots < 1:
+            raise ValueError("the engine needs at least one slot")
+        self.slots = slots
+        while self.running < self.slots and self.waiting:
+            self.running += 1
+            self._hand_over()
+
     @asynccontextmanager
-    async def slot(self, tenant: TenantId, prompt_tokens: int) -> AsyncIterator[TenantShare]:
+    async def slot(
+        self, tenant: TenantId, prompt_tokens: int, weight: float | None = None
+    ) -> AsyncIterator[TenantShare]:
         """Holds one engine slot for ``tenant`` while the body runs; the prompt is charged on
-        admission, generated tokens through ``charge_decode``."""
+        admission, generated tokens through ``charge_decode``. ``weight``: the tenant's share
+        as its request says (the API sends the tenant's own), else as last set."""
+        if weight is not None:
+            self.set_weight(tenant, weight)
         share = self.share(tenant)
         if self.running < self.slots and not self.waiting:
             self.running += 1
@@ -109,12 +124,15 @@ class FairGate:
         share.wait_s += time.perf_counter() - queued
 
     def _release(self) -> None:
-        """A slot frees: it goes to the least-served waiting tenant, else back to the pool."""
-        candidates = [s for s in self.tenants.values() if s.waiting]
-        if not candidates:
+        """A slot frees: it goes to the least-served waiting tenant, else back to the pool (or
+        away, when the gate was made smaller)."""
+        if self.running > self.slots or not self.waiting:
             self.running -= 1
             return
-        least = min(candidates, key=lambda s: s.counter)
+        self._hand_over()
+
+    def _hand_over(self) -> None:
+        least = min((s for s in self.tenants.values() if s.waiting), key=lambda s: s.counter)
         least.waiting.popleft().set_result(None)
 
     @staticmethod

@@ -49,6 +49,7 @@ class Generation:
     mode: Mode
     segment: MemorySegment | None = None  # kv mode: the spans to inject
     sampling: Sampling = field(default_factory=Sampling)
+    weight: float = 1.0  # the tenant's share of the engine under contention (fairness.py)
 
 
 @dataclass(frozen=True)

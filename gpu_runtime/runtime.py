@@ -118,7 +118,9 @@ class InjectionRuntime:
         prompt_tokens = len(request.token_ids)
         completion = cached = injected = 0
         finish: str | None = None
-        async for output in self._run(tenant, request.token_ids, salt, sampling, params):
+        async for output in self._run(
+            tenant, request.token_ids, salt, sampling, params, request.weight
+        ):
             best = output.outputs[0]
             if best.token_ids and first is None:
                 first = time.perf_counter()
@@ -262,6 +264,7 @@ class InjectionRuntime:
         salt: str,
         sampling: Sampling,
         params: dict[str, Any] | None,
+        weight: float | None = None,
     ) -> AsyncIterator[Any]:
         refused = refusal_errors()
         vllm_params = sampling_params(sampling, self.detokenize, params)
@@ -270,7 +273,7 @@ class InjectionRuntime:
         try:
             # Closed explicitly: a client that goes away aborts its request in the engine now.
             async with (
-                self.gate.slot(tenant, len(token_ids)) as share,
+                self.gate.slot(tenant, len(token_ids), weight) as share,
                 aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream,
             ):
                 async for output in stream:

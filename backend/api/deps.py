@@ -149,6 +149,7 @@ def effective_limits(overrides: LimitOverrides, settings: Settings) -> TenantLim
         requests_per_window=pick(overrides.requests_per_minute, settings.rate_limit_requests),
         tokens_per_window=pick(overrides.tokens_per_minute, settings.rate_limit_tokens),
         concurrent=pick(overrides.max_concurrent_requests, settings.rate_limit_concurrent),
+        weight=overrides.fair_weight or 1.0,
     )
 
 

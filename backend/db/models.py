@@ -66,6 +66,8 @@ class Tenant(Base):
     requests_per_minute: Mapped[int | None] = mapped_column()
     tokens_per_minute: Mapped[int | None] = mapped_column()
     max_concurrent_requests: Mapped[int | None] = mapped_column()
+    # Its share of the engine when tenants contend (the runtime's fair gate; null: 1).
+    fair_weight: Mapped[float | None] = mapped_column()
 
 
 class ApiKey(Base):

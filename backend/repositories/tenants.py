@@ -24,6 +24,7 @@ class LimitOverrides:
     requests_per_minute: int | None = None
     tokens_per_minute: int | None = None
     max_concurrent_requests: int | None = None
+    fair_weight: float | None = None
 
 
 class TenantRepository:
@@ -89,6 +90,7 @@ class ApiKeyRepository:
                 Tenant.requests_per_minute,
                 Tenant.tokens_per_minute,
                 Tenant.max_concurrent_requests,
+                Tenant.fair_weight,
             )
             .outerjoin(Tenant, Tenant.id == ApiKey.tenant_id)
             .where(
@@ -99,7 +101,7 @@ class ApiKeyRepository:
         ).first()
         if row is None:
             return None
-        return row[0], LimitOverrides(row[1], row[2], row[3])
+        return row[0], LimitOverrides(row[1], row[2], row[3], row[4])
 
     def for_tenant(self, tenant_id: uuid.UUID) -> list[ApiKey]:
         return list(

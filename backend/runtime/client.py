@@ -223,6 +223,7 @@ class EngineClient:
         prompt: ComposedPrompt,
         mode: str,
         sampling: p.SamplingModel,
+        weight: float = 1.0,
     ) -> AsyncIterator[p.GenerateEvent]:
         """``mode``: "kv" (inject the prompt's memory segment) or "prompt" (prefill it all)."""
         request = p.GenerateRequest(
@@ -231,6 +232,7 @@ class EngineClient:
             mode="kv" if mode == "kv" else "prompt",
             segment=p.segment_model(prompt.segment) if mode == "kv" else None,
             sampling=sampling,
+            weight=weight,
         )
         failure: RuntimeClientError | None = None
         for replica in self.replicas.order(tenant.value):

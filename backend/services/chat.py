@@ -42,6 +42,7 @@ class ChatRequest:
     recompute: int = 0  # hybrid mode: how many of the most relevant facts are prefilled as text
     sampling: p.SamplingModel = field(default_factory=p.SamplingModel)
     max_tokens_given: bool = True  # else sampling.max_tokens is a default, cut to the room left
+    weight: float = 1.0  # the tenant's share of the engine (the runtime's fair gate)
 
 
 @dataclass
@@ -71,7 +72,7 @@ class ChatRun:
 
     async def stream(self) -> AsyncIterator[p.GenerateEvent]:
         events = self.engine.stream(
-            self.tenant, self.prompt, self.engine_mode, self.request.sampling
+            self.tenant, self.prompt, self.engine_mode, self.request.sampling, self.request.weight
         )
         sent = time.perf_counter()
         async for event in events:

@@ -52,6 +52,7 @@ class TenantLimits:
     requests_per_window: int
     tokens_per_window: int
     concurrent: int
+    weight: float = 1.0  # not a limit: the tenant's share of the engine, carried to the runtime
 
 
 @dataclass
@@ -62,6 +63,7 @@ class Admission:
     tenant: TenantId
     member: str
     bucket: int
+    weight: float = 1.0
     headers: dict[str, str] = field(default_factory=dict)
     released: bool = False
 
@@ -112,7 +114,7 @@ class RateLimiter:
             )
         except redis.RedisError as exc:
             logger.warning("rate limits not checked (Redis: %s); request let in", exc)
-            return Admission(None, tenant, member, bucket)
+            return Admission(None, tenant, member, bucket, limits.weight)
         headers = self._headers(limits, reqs, toks, reset_s)
         if refused:
             kind = REFUSED[refused]
@@ -129,7 +131,7 @@ class RateLimiter:
                 f"{headers['retry-after']} s",
                 headers,
             )
-        return Admission(self, tenant, member, bucket, headers)
+        return Admission(self, tenant, member, bucket, limits.weight, headers)
 
     def _headers(
         self, limits: TenantLimits, reqs: int, toks: int, reset_s: float

@@ -40,6 +40,7 @@ class TenantService:
         tenant.requests_per_minute = limits.requests_per_minute
         tenant.tokens_per_minute = limits.tokens_per_minute
         tenant.max_concurrent_requests = limits.max_concurrent_requests
+        tenant.fair_weight = limits.fair_weight
         self.session.flush()
         return tenant
 

@@ -116,6 +116,8 @@ class GenerateRequest(_Body):
     mode: Literal["kv", "prompt"]
     segment: SegmentModel | None = None  # required in kv mode
     sampling: SamplingModel = Field(default_factory=SamplingModel)
+    # The tenant's share of the engine when tenants' requests wait for it (fairness.py).
+    weight: float = Field(default=1.0, gt=0, le=100)
 
 
 class Usage(BaseModel):
@@ -217,6 +219,19 @@ class StatsResult(BaseModel):
     # Per tenant (only the named one when a tenant is named): its side of the engine's fair
     # queue: running, waiting, admitted, queued, queue_wait_s, tokens served, counter, weight.
     fairness: dict[str, dict[str, float]] = {}
+
+
+class FairnessRequest(_Body):
+    """The engine's share of requests at once (the rest wait in per-tenant queues)."""
+
+    slots: int = Field(ge=1, le=65536)
+
+
+class FairnessResult(BaseModel):
+    slots: int
+    running: int
+    waiting: int
+    tenants: dict[str, dict[str, float]]  # as in ``StatsResult.fairness``
 
 
 class ErrorBody(BaseModel):

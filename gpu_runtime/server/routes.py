@@ -107,7 +107,9 @@ async def generate(body: p.GenerateRequest, runtime: RuntimeDep) -> StreamingRes
         s.frequency_penalty, _structured(s.structured),
     )  # fmt: skip
     mode = Mode(body.mode)
-    events = runtime.generate(Generation(tenant, tuple(body.token_ids), mode, segment, sampling))
+    events = runtime.generate(
+        Generation(tenant, tuple(body.token_ids), mode, segment, sampling, body.weight)
+    )
     # The first event is awaited here, so that what fails before any token (a prompt too long,
     # a bad segment, the engine down) is an HTTP error, not a stream that stops.
     try:
@@ -232,6 +234,22 @@ async def demote(body: p.DemoteRequest, runtime: RuntimeDep) -> Response:
     tenant = TenantId(body.tenant)
     await runtime.demote(tenant, [_key(runtime, tenant, k) for k in body.keys], body.tier)
     return Response(status_code=204)
+
+
+@api.get("/fairness", response_model=p.FairnessResult)
+async def fairness(runtime: RuntimeDep) -> p.FairnessResult:
+    gate = runtime.gate
+    return p.FairnessResult(
+        slots=gate.slots, running=gate.running, waiting=gate.waiting, tenants=gate.snapshot()
+    )
+
+
+@api.put("/fairness", response_model=p.FairnessResult)
+async def resize_fairness(body: p.FairnessRequest, runtime: RuntimeDep) -> p.FairnessResult:
+    """Resizes the fair gate live (an operator's knob; the fairness bench's "off" is a gate as
+    wide as the engine's batch)."""
+    runtime.gate.resize(body.slots)
+    return await fairness(runtime)
 
 
 @api.get("/stats", response_model=p.StatsResult)

@@ -119,3 +119,31 @@ def test_at_least_one_slot_and_positive_weights() -> None:
         FairGate(slots=0)
     with pytest.raises(ValueError):
         FairGate(slots=1).set_weight(A, 0)
+
+
+def test_resizing_the_gate_admits_waiters_at_once_or_drains_to_the_new_size() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=1), asyncio.Event()
+        order: list[str] = []
+        tasks = [asyncio.create_task(_serve(gate, A, order, hold)) for _ in range(4)]
+        await asyncio.sleep(0)
+        assert gate.running == 1 and gate.waiting == 3
+        gate.resize(3)
+        await asyncio.sleep(0)
+        assert gate.running == 3 and gate.waiting == 1 and len(order) == 3
+        gate.resize(1)  # smaller: the running finish, the freed slots are not handed on
+        hold.set()
+        await asyncio.gather(*tasks)
+        assert gate.running == 0 and len(order) == 4
+
+    asyncio.run(run())
+
+
+def test_a_requests_weight_sets_its_tenants_share() -> None:
+    async def run() -> None:
+        gate = FairGate(slots=1)
+        async with gate.slot(B, prompt_tokens=100, weight=4.0) as share:
+            assert share.weight == 4.0
+        assert gate.share(B).counter == 25.0  # 100 prompt tokens at weight 4
+
+    asyncio.run(run())

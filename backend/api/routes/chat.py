@@ -85,6 +85,7 @@ async def chat_completions(
         mode=MemoryMode(body.memory.mode),
         top_k=body.memory.top_k,
         recompute=settings.hybrid_recompute if recompute is None else recompute,
+        weight=admission.weight,
         max_tokens_given=(body.max_completion_tokens or body.max_tokens) is not None,
         sampling=openai_compat.sampling(body),
     )

@@ -27,7 +27,10 @@ router = APIRouter(prefix="/v1/tenants", tags=["admin"], responses=error_respons
 
 def _out(tenant: Tenant, resources: Resources) -> TenantLimitsOut:
     own = LimitOverrides(
-        tenant.requests_per_minute, tenant.tokens_per_minute, tenant.max_concurrent_requests
+        tenant.requests_per_minute,
+        tenant.tokens_per_minute,
+        tenant.max_concurrent_requests,
+        tenant.fair_weight,
     )
     enforced = effective_limits(own, resources.settings)
     return TenantLimitsOut(
@@ -35,11 +38,13 @@ def _out(tenant: Tenant, resources: Resources) -> TenantLimitsOut:
             requests_per_minute=own.requests_per_minute,
             tokens_per_minute=own.tokens_per_minute,
             max_concurrent_requests=own.max_concurrent_requests,
+            fair_weight=own.fair_weight,
         ),
         effective=TenantLimitsIn(
             requests_per_minute=enforced.requests_per_window,
             tokens_per_minute=enforced.tokens_per_window,
             max_concurrent_requests=enforced.concurrent,
+            fair_weight=enforced.weight,
         ),
         window_s=resources.settings.rate_limit_window_s,
         usage=resources.limiter.usage(TenantId(str(tenant.id))),
@@ -65,7 +70,10 @@ def set_limits(
     """Replaces the tenant's limits (a field left out or null: the platform's default); they
     hold from the tenant's next request on, in every API process."""
     overrides = LimitOverrides(
-        body.requests_per_minute, body.tokens_per_minute, body.max_concurrent_requests
+        body.requests_per_minute,
+        body.tokens_per_minute,
+        body.max_concurrent_requests,
+        body.fair_weight,
     )
     tenant = tenants.set_limits(tenant_id, overrides)
     commit(session)

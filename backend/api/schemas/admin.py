@@ -65,6 +65,8 @@ class TenantLimitsIn(BaseModel):
     requests_per_minute: int | None = Field(default=None, ge=0, le=10_000_000)
     tokens_per_minute: int | None = Field(default=None, ge=0, le=10_000_000_000)
     max_concurrent_requests: int | None = Field(default=None, ge=0, le=100_000)
+    # Its share of the engine against other tenants' backlogs (2: twice a weight-1 tenant's).
+    fair_weight: float | None = Field(default=None, gt=0, le=100)
 
 
 class TenantLimitsOut(BaseModel):

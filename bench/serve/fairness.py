@@ -1,0 +1,218 @@
+"""The noisy-neighbour benchmark (``inferscale bench fairness``): tenant A floods the API with N
+concurrent users while tenant B sends one chat at a time; B's latency idle and under the flood,
+A's served rate and 429s, and the platform's throughput, with the runtime's fair gate as
+configured and with it opened as wide as the engine's batch (first come, first served), side by
+side in one run.
+
+Both tenants chat as the official OpenAI SDK does (streaming, ``max_retries=0`` so every 429 is
+counted; a refused user waits the ``Retry-After`` it was given, as the SDK would).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from bench.serve.serve import _summary, http_client
+
+FACTS = [
+    "The user's locker code is 4417.", "The user's favourite colour is teal.",
+    "The user lives in Lisbon.", "The user's dog is a greyhound named Bolt.",
+    "The user works as a nurse on night shifts.", "The user's sister is called Ana.",
+    "The user is allergic to peanuts.", "The user plays the cello on Sundays.",
+]  # fmt: skip
+QUESTIONS = ["What is my locker code?", "Where do I live?", "What is my dog's name?",
+             "What do I do for work?", "What am I allergic to?"]  # fmt: skip
+
+
+@dataclass
+class Phase:
+    name: str
+    b_latency_ms: list[float] = field(default_factory=list)
+    b_ttft_ms: list[float] = field(default_factory=list)
+    a_served: int = 0
+    a_limited: int = 0
+    a_retry_after: list[float] = field(default_factory=list)
+    server_errors: int = 0
+    b_limited: int = 0
+    seconds: float = 0.0
+    gate: dict[str, Any] = field(default_factory=dict)
+
+    def row(self) -> dict[str, Any]:
+        served = self.a_served + len(self.b_latency_ms)
+        return {
+            "phase": self.name, "b_latency_ms": _summary(self.b_latency_ms),
+            "b_ttft_ms": _summary(self.b_ttft_ms), "a_served": self.a_served,
+            "a_429": self.a_limited, "a_retry_after_s": _summary(self.a_retry_after),
+            "b_429": self.b_limited, "5xx": self.server_errors, "seconds": round(self.seconds, 2),
+            "requests_per_s": served / self.seconds if self.seconds else 0.0, "gate": self.gate,
+        }  # fmt: skip
+
+
+class FairnessBench:
+    def __init__(self, api: str, admin_key: str, runtime: str, service_token: str,
+                 max_tokens: int = 8, k: int = 5, mode: str = "kv") -> None:  # fmt: skip
+        self.api, self.runtime = api.rstrip("/"), runtime.rstrip("/")
+        self.admin = {"Authorization": f"Bearer {admin_key}"}
+        self.service = {"Authorization": f"Bearer {service_token}"}
+        self.max_tokens, self.k, self.mode = max_tokens, k, mode
+        self.keys: dict[str, str] = {}
+
+    def prepare(self, log: Any = print) -> None:
+        """Tenants A and B, each with one user's facts stored and encoded (through Celery)."""
+        http = httpx.Client(base_url=self.api, timeout=600)
+        for name in ("A", "B"):
+            created = http.post("/v1/tenants", json={"name": f"fair-{name}-{uuid.uuid4().hex[:6]}"},
+                                headers=self.admin)  # fmt: skip
+            created.raise_for_status()
+            self.keys[name] = key = created.json()["api_key"]
+            auth = {"Authorization": f"Bearer {key}"}
+            jobs = []
+            for fact in FACTS:
+                added = http.post("/v1/memories", json={"user_id": "u", "text": fact}, headers=auth)
+                added.raise_for_status()
+                jobs.append(added.json().get("job_id"))
+            for job in filter(None, jobs):
+                self._wait(http, job, auth)
+        log("prepared: tenants A and B, each with one user's facts encoded")
+
+    @staticmethod
+    def _wait(http: httpx.Client, job_id: str, auth: dict[str, str]) -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            status = http.get(f"/v1/jobs/{job_id}", headers=auth).json()["status"]
+            if status in ("succeeded", "failed"):
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"job {job_id} did not finish")
+
+    def gate(self, slots: int | None = None) -> dict[str, Any]:
+        """The runtime's fair gate (resized first when ``slots`` is given)."""
+        with httpx.Client(base_url=self.runtime, headers=self.service, timeout=30) as http:
+            answer = http.put("/v1/fairness", json={"slots": slots}) if slots else http.get(
+                "/v1/fairness")  # fmt: skip
+            answer.raise_for_status()
+            result: dict[str, Any] = answer.json()
+            return result
+
+    async def run(self, users: int, b_requests: int, wide_slots: int) -> list[dict[str, Any]]:
+        import openai
+
+        sdks = {name: openai.AsyncOpenAI(api_key=key, base_url=f"{self.api}/v1", max_retries=0,
+                                         http_client=http_client())
+                for name, key in self.keys.items()}  # fmt: skip
+        configured = int(self.gate()["slots"])
+        try:
+            for sdk in sdks.values():  # warm-up: preambles, indexes, tokenizer
+                await self._chat(sdk, 0)
+            idle = Phase("idle")
+            started = time.perf_counter()
+            for i in range(b_requests):
+                await self._b(sdks["B"], idle, i)
+            idle.seconds = time.perf_counter() - started
+            fair = await self._flood(sdks, f"flood, fair gate ({configured} slots)", users,
+                                     b_requests)  # fmt: skip
+            self.gate(wide_slots)
+            try:
+                fcfs = await self._flood(sdks, f"flood, gate open ({wide_slots} slots: first "
+                                         "come, first served)", users, b_requests)  # fmt: skip
+            finally:
+                self.gate(configured)
+            return [idle.row(), fair.row(), fcfs.row()]
+        finally:
+            for sdk in sdks.values():
+                await sdk.close()
+
+    async def _chat(self, sdk: Any, index: int) -> tuple[float, float]:
+        """(total latency, TTFT) in ms of one streamed chat."""
+        sent = time.perf_counter()
+        first: float | None = None
+        stream = await sdk.chat.completions.create(
+            model="inferscale", user="u", stream=True, temperature=0, max_tokens=self.max_tokens,
+            messages=[{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}],
+            extra_body={"memory": {"mode": self.mode, "top_k": self.k}},
+        )  # fmt: skip
+        async for chunk in stream:
+            if first is None and chunk.choices and chunk.choices[0].delta.content:
+                first = time.perf_counter()
+        done = time.perf_counter()
+        return (done - sent) * 1000, ((first or done) - sent) * 1000
+
+    async def _b(self, sdk: Any, phase: Phase, index: int) -> None:
+        import openai
+
+        try:
+            latency, ttft = await self._chat(sdk, index)
+        except openai.RateLimitError:
+            phase.b_limited += 1
+            return
+        except openai.InternalServerError:
+            phase.server_errors += 1
+            return
+        phase.b_latency_ms.append(latency)
+        phase.b_ttft_ms.append(ttft)
+
+    async def _flood(self, sdks: dict[str, Any], name: str, users: int, b_requests: int) -> Phase:
+        import openai
+
+        phase = Phase(name)
+        flooding = True
+
+        async def a_user(u: int) -> None:
+            i = u
+            while flooding:
+                try:
+                    await self._chat(sdks["A"], i)
+                    phase.a_served += 1
+                except openai.RateLimitError as exc:
+                    phase.a_limited += 1
+                    wait = float(exc.response.headers.get("retry-after", "1"))
+                    phase.a_retry_after.append(wait)
+                    await asyncio.sleep(wait)
+                except openai.InternalServerError:
+                    phase.server_errors += 1
+                i += users
+
+        started = time.perf_counter()
+        flood = [asyncio.create_task(a_user(u)) for u in range(users)]
+        await asyncio.sleep(1.0)  # the flood is on before B's first request
+        for i in range(b_requests):
+            await self._b(sdks["B"], phase, i)
+        phase.gate = self.gate()
+        flooding = False
+        await asyncio.gather(*flood)
+        phase.seconds = time.perf_counter() - started
+        return phase
+
+
+def markdown(result: dict[str, Any]) -> str:
+    rows = result["phases"]
+    idle = rows[0]["b_latency_ms"]["median"] or 1.0
+    idle95 = rows[0]["b_latency_ms"]["p95"] or 1.0
+    lines = [
+        f"### Noisy neighbour: {result['model']} on {result['device']}",
+        "",
+        f"Tenant A: {result['users']} concurrent users flooding; tenant B: one chat at a time "
+        f"({result['b_requests']} a phase); k={result['k']}, {result['mode']}, "
+        f"{result['max_tokens']} tokens, streamed.",
+        "",
+        "| phase | B latency p50 (p95) ms | B p50 / idle | B p95 / idle | B TTFT p50 ms | "
+        "A served | A 429s | 5xx | req/s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        b = r["b_latency_ms"]
+        lines.append(
+            f"| {r['phase']} | {b['median']:.1f} ({b['p95']:.1f}) | {b['median'] / idle:.2f}x | "
+            f"{b['p95'] / idle95:.2f}x | {r['b_ttft_ms']['median']:.1f} | {r['a_served']} | "
+            f"{r['a_429']} | {r['5xx']} | {r['requests_per_s']:.2f} |"
+        )
+    if len(rows) == 3 and rows[2]["requests_per_s"]:
+        ratio = rows[1]["requests_per_s"] / rows[2]["requests_per_s"]
+        lines += ["", f"Throughput under the flood, fair gate / open gate: {ratio:.2f}x."]
+    return "\n".join(lines) + "\n"
