@@ -91,10 +91,11 @@ class RuntimeSettings(BaseSettings):
     dtype: str = "auto"  # auto: bfloat16 on GPUs and CPUs with bf16 units, else float32
     max_model_len: int = 4096
     max_num_seqs: int = 256
-    # Requests handed to the engine at once; the rest wait in their tenant's queue and are
-    # admitted least-served tenant first (gpu_runtime/fairness.py). None: max_num_seqs on GPUs,
-    # 8 on CPUs (where every sequence in a batch costs compute, so a deep engine queue is only
-    # a first-come-first-served backlog out of the fair queues' reach).
+    # Requests handed to the engine at once while tenants contend (a tenant alone gets up to
+    # max_num_seqs); the rest wait in their tenant's queue and are admitted least-served tenant
+    # first (gpu_runtime/fairness.py). None: max_num_seqs on GPUs (where batching is nearly
+    # free), 4 on CPUs, where every sequence in a batch slows every step: the trade-off between
+    # a light tenant's latency and the platform's throughput is measured in docs/benchmarks.md.
     engine_slots: int | None = Field(default=None, ge=1)
     kv_cache_space_gib: int = 1  # vLLM-CPU's paged cache (VLLM_CPU_KVCACHE_SPACE)
     gpu_memory_utilization: float = 0.85
@@ -155,7 +156,7 @@ class RuntimeSettings(BaseSettings):
     def resolved_engine_slots(self) -> int:
         if self.engine_slots is not None:
             return self.engine_slots
-        return self.max_num_seqs if self.on_gpu else min(self.max_num_seqs, 8)
+        return self.max_num_seqs if self.on_gpu else min(self.max_num_seqs, 4)
 
     @property
     def resolved_enforce_eager(self) -> bool:

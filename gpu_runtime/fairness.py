@@ -2,9 +2,14 @@
 counters (Sheng et al., "Fairness in Serving Large Language Models", OSDI '24).
 
 vLLM serves what it is given first come, first served; a tenant that sends forty requests at
-once would fill the engine's batch and everyone else would queue behind its backlog. So the
-runtime hands the engine at most ``slots`` requests at a time. While a slot is free a request
-goes straight in (work-conserving: an idle platform gives one tenant everything). When none is,
+once would fill the engine's batch and everyone else would queue behind its backlog, and each
+step of that batch would be slow for all (on a CPU every sequence in a batch costs compute). So
+while tenants contend (two or more with requests in flight, waiting, or seen within the last
+``recent_s``), the runtime hands the engine at most ``slots`` requests at a time; a tenant alone
+gets up to ``wide`` (the engine's own batch: work-conserving, one tenant's throughput is never
+capped for nobody's sake). The request of a tenant with nothing in the engine and nothing
+waiting goes straight in, even over the cap (max-min: one tenant's backlog never delays another
+tenant's only request by a whole request's time). When no slot is free,
 requests wait in their tenant's queue, and each freed slot goes to the waiting tenant that has
 been served least: its counter, the tokens it was served (prefill and decode, weighted) divided
 by its weight. A tenant that starts waiting is lifted to the smallest counter among tenants
@@ -41,15 +46,35 @@ class TenantShare:
     wait_s: float = 0.0  # their total wait
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    last_active: float = 0.0  # time.monotonic() of its last admission or finish
 
 
 class FairGate:
-    def __init__(self, slots: int) -> None:
+    def __init__(self, slots: int, wide: int | None = None, recent_s: float = 1.0) -> None:
         if slots < 1:
             raise ValueError("the engine needs at least one slot")
         self.slots = slots
+        self.wide = max(wide or slots, slots)
+        self.recent_s = recent_s
         self.running = 0
         self.tenants: dict[TenantId, TenantShare] = {}
+
+    @property
+    def contended(self) -> bool:
+        """Two or more tenants with work now, or within ``recent_s`` (a tenant that sends one
+        request at a time is between requests only for a moment)."""
+        now = time.monotonic()
+        active = 0
+        for s in self.tenants.values():
+            if s.running or s.waiting or now - s.last_active < self.recent_s:
+                active += 1
+                if active > 1:
+                    return True
+        return False
+
+    @property
+    def cap(self) -> int:
+        return self.slots if self.contended else self.wide
 
     def share(self, tenant: TenantId) -> TenantShare:
         share = self.tenants.get(tenant)
@@ -72,9 +97,8 @@ class FairGate:
         if slots < 1:
             raise ValueError("the engine needs at least one slot")
         self.slots = slots
-        while self.running < self.slots and self.waiting:
-            self.running += 1
-            self._hand_over()
+        self.wide = max(self.wide, slots)
+        self._fill()
 
     @asynccontextmanager
     async def slot(
@@ -86,18 +110,21 @@ class FairGate:
         if weight is not None:
             self.set_weight(tenant, weight)
         share = self.share(tenant)
-        if self.running < self.slots and not self.waiting:
+        idle_tenant = share.running == 0 and not share.waiting
+        if (self.running < self.cap and not self.waiting) or idle_tenant:
             self.running += 1
         else:
             await self._wait(tenant, share)
         share.running += 1
         share.admitted += 1
+        share.last_active = time.monotonic()
         self._charge(share, prompt_tokens * PREFILL_WEIGHT)
         share.prefill_tokens += prompt_tokens
         try:
             yield share
         finally:
             share.running -= 1
+            share.last_active = time.monotonic()
             self._release()
 
     def charge_decode(self, share: TenantShare, tokens: int) -> None:
@@ -124,16 +151,16 @@ class FairGate:
         share.wait_s += time.perf_counter() - queued
 
     def _release(self) -> None:
-        """A slot frees: it goes to the least-served waiting tenant, else back to the pool (or
-        away, when the gate was made smaller)."""
-        if self.running > self.slots or not self.waiting:
-            self.running -= 1
-            return
-        self._hand_over()
+        """A slot frees: it goes to the least-served waiting tenant, and so do any more the cap
+        now allows (contention over: up to ``wide``); over the cap, it goes away."""
+        self.running -= 1
+        self._fill()
 
-    def _hand_over(self) -> None:
-        least = min((s for s in self.tenants.values() if s.waiting), key=lambda s: s.counter)
-        least.waiting.popleft().set_result(None)
+    def _fill(self) -> None:
+        while self.waiting and self.running < self.cap:
+            self.running += 1
+            least = min((s for s in self.tenants.values() if s.waiting), key=lambda s: s.counter)
+            least.waiting.popleft().set_result(None)
 
     @staticmethod
     def _charge(share: TenantShare, cost: float) -> None:

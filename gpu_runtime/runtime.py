@@ -60,7 +60,8 @@ class InjectionRuntime:
         self._prefix = uuid.uuid4().hex[:8]
         self._preambles: dict[FactKey, asyncio.Future[None]] = {}
         self._hints: HintSender | None = None
-        self.gate = FairGate(settings.resolved_engine_slots)  # tenants' fair turns at the engine
+        # Tenants' fair turns at the engine: ``engine_slots`` at once while they contend.
+        self.gate = FairGate(settings.resolved_engine_slots, wide=settings.max_num_seqs)
         self.workers: list[dict[str, Any]] = []  # each rank, as it describes itself
 
     @classmethod

@@ -100,7 +100,11 @@ class FairnessBench:
             result: dict[str, Any] = answer.json()
             return result
 
-    async def run(self, users: int, b_requests: int, wide_slots: int) -> list[dict[str, Any]]:
+    async def run(
+        self, users: int, b_requests: int, wide_slots: int, slots: list[int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Phases: B idle; the flood with the gate at each of ``slots`` (default: as the runtime
+        is configured); the flood with the gate open (``wide_slots``). The gate is put back."""
         import openai
 
         sdks = {name: openai.AsyncOpenAI(api_key=key, base_url=f"{self.api}/v1", max_retries=0,
@@ -115,15 +119,18 @@ class FairnessBench:
             for i in range(b_requests):
                 await self._b(sdks["B"], idle, i)
             idle.seconds = time.perf_counter() - started
-            fair = await self._flood(sdks, f"flood, fair gate ({configured} slots)", users,
-                                     b_requests)  # fmt: skip
-            self.gate(wide_slots)
+            phases = [idle]
             try:
-                fcfs = await self._flood(sdks, f"flood, gate open ({wide_slots} slots: first "
-                                         "come, first served)", users, b_requests)  # fmt: skip
+                for size in slots or [configured]:
+                    self.gate(size)
+                    phases.append(await self._flood(sdks, f"flood, fair gate ({size} slots)",
+                                                    users, b_requests))  # fmt: skip
+                self.gate(wide_slots)
+                wide = f"flood, gate open ({wide_slots} slots: first come, first served)"
+                phases.append(await self._flood(sdks, wide, users, b_requests))
             finally:
                 self.gate(configured)
-            return [idle.row(), fair.row(), fcfs.row()]
+            return [phase.row() for phase in phases]
         finally:
             for sdk in sdks.values():
                 await sdk.close()
@@ -212,7 +219,10 @@ def markdown(result: dict[str, Any]) -> str:
             f"{b['p95'] / idle95:.2f}x | {r['b_ttft_ms']['median']:.1f} | {r['a_served']} | "
             f"{r['a_429']} | {r['5xx']} | {r['requests_per_s']:.2f} |"
         )
-    if len(rows) == 3 and rows[2]["requests_per_s"]:
-        ratio = rows[1]["requests_per_s"] / rows[2]["requests_per_s"]
-        lines += ["", f"Throughput under the flood, fair gate / open gate: {ratio:.2f}x."]
+    open_rate = rows[-1]["requests_per_s"]
+    if len(rows) >= 3 and open_rate:
+        lines.append("")
+        for r in rows[1:-1]:
+            ratio = r["requests_per_s"] / open_rate
+            lines.append(f"* Throughput under the flood, {r['phase']} / open gate: {ratio:.2f}x.")
     return "\n".join(lines) + "\n"

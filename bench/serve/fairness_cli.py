@@ -26,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=5)
     parser.add_argument("--mode", default="kv")
     parser.add_argument("--max-tokens", type=int, default=8)
+    sizes_help = "fair-gate sizes, comma-separated (default: as configured)"
+    parser.add_argument("--slots", default="", help=sizes_help)
     parser.add_argument("--wide-slots", type=int, default=256,
                         help="the open gate's slots (the engine's max_num_seqs)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("runs/fairness"))
@@ -36,7 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = FairnessBench(args.api, settings.admin_api_key, args.runtime, settings.service_token,
                           args.max_tokens, args.k, args.mode)  # fmt: skip
     bench.prepare()
-    phases = asyncio.run(bench.run(args.users, args.b_requests, args.wide_slots))
+    sizes = [int(x) for x in args.slots.split(",") if x]
+    phases = asyncio.run(bench.run(args.users, args.b_requests, args.wide_slots, sizes or None))
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
     result = {
         "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",

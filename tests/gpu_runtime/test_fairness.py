@@ -48,10 +48,10 @@ def test_a_light_tenant_overtakes_a_flooding_tenants_backlog() -> None:
         await asyncio.sleep(0)
         hold.set()
         await asyncio.gather(*flood, light)
-        # B arrived after A's 20, yet is admitted with the first freed slot: A has been
-        # served more (its two running requests), B nothing.
+        # B arrived after A's 20 and had nothing in the engine: it goes in at once, over
+        # the slots, instead of waiting for one of A's to finish.
         assert order.index("tenant-b") == 2
-        assert gate.snapshot()["tenant-b"]["queued"] == 1
+        assert gate.snapshot()["tenant-b"]["queued"] == 0
 
     asyncio.run(run())
 
@@ -145,5 +145,62 @@ def test_a_requests_weight_sets_its_tenants_share() -> None:
         async with gate.slot(B, prompt_tokens=100, weight=4.0) as share:
             assert share.weight == 4.0
         assert gate.share(B).counter == 25.0  # 100 prompt tokens at weight 4
+
+    asyncio.run(run())
+
+
+def test_a_second_request_of_the_light_tenant_goes_first_with_the_next_free_slot() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=2), asyncio.Event()
+        order: list[str] = []
+        flood = [asyncio.create_task(_serve(gate, A, order, hold)) for _ in range(20)]
+        await asyncio.sleep(0)
+        light = [asyncio.create_task(_serve(gate, B, order, hold)) for _ in range(2)]
+        await asyncio.sleep(0)
+        assert order == ["tenant-a", "tenant-a", "tenant-b"]  # B's first: over the slots
+        hold.set()
+        await asyncio.gather(*flood, *light)
+        # B's second waited, and took the first slot freed after the over-slot one drained.
+        assert order.index("tenant-b", 3) <= 4
+        assert gate.snapshot()["tenant-b"]["queued"] == 1
+
+    asyncio.run(run())
+
+
+def test_a_tenant_alone_gets_the_whole_batch_and_contention_brings_the_cap() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=2, wide=6, recent_s=60), asyncio.Event()
+        order: list[str] = []
+        flood = [asyncio.create_task(_serve(gate, A, order, hold)) for _ in range(10)]
+        await asyncio.sleep(0)
+        assert gate.running == 6 and not gate.contended  # alone: the engine's whole batch
+        light = [asyncio.create_task(_serve(gate, B, order, hold)) for _ in range(3)]
+        await asyncio.sleep(0)
+        assert gate.contended
+        assert order.count("tenant-b") == 1  # its first goes in at once, the rest wait
+        assert gate.running == 7  # nothing new for A: over the cap of 2 until it drains
+        hold.set()
+        await asyncio.gather(*flood, *light)
+        assert gate.running == 0 and gate.waiting == 0
+
+    asyncio.run(run())
+
+
+def test_when_contention_ends_the_waiting_take_the_whole_batch_again() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=1, wide=4, recent_s=0.0), asyncio.Event()
+        order: list[str] = []
+        b_hold = asyncio.Event()
+        light = asyncio.create_task(_serve(gate, B, order, b_hold))
+        await asyncio.sleep(0)
+        flood = [asyncio.create_task(_serve(gate, A, order, hold)) for _ in range(6)]
+        await asyncio.sleep(0)
+        assert order.count("tenant-a") == 1  # A's first (an idle tenant's); the cap is 1
+        b_hold.set()
+        await light  # B done and not recent (recent_s=0): A alone, up to 4 at once
+        await asyncio.sleep(0)
+        assert gate.running == 4
+        hold.set()
+        await asyncio.gather(*flood)
 
     asyncio.run(run())
