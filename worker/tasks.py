@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import logging
 import socket
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -15,6 +17,8 @@ from backend.jobs.pipeline.broker import send_to_broker
 from backend.jobs.pipeline.progress import heartbeat, update_job
 from backend.jobs.pipeline.tasks import TaskName
 from worker.celery_app import celery_app
+
+logger = logging.getLogger(__name__)
 
 RETRY = {
     "bind": True,
@@ -31,21 +35,33 @@ def ping(token: str) -> dict[str, str]:
     return {"token": token, "worker": socket.gethostname()}
 
 
-def _attempt(task: Any, job_id: str | None, run: Callable[[], int]) -> int:
+def _attempt(task: Any, job_id: str | None, run: Callable[[], int], tenant_id: str) -> int:
     """Runs a job with its heartbeat; when its last retry fails too, the job records why before
-    Celery does."""
+    Celery does. Once the job has ended, the tenant's held jobs get its room in the queues."""
     try:
         with heartbeat(job_id, get_settings().job_stall_s / 4):
-            return run()
+            done = run()
     except Exception as exc:
         if task.request.retries >= task.max_retries:
             update_job(job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+            _send_held(tenant_id)
         raise
+    _send_held(tenant_id)
+    return done
+
+
+def _send_held(tenant_id: str) -> None:
+    try:
+        outbox.send_held(uuid.UUID(tenant_id), send_to_broker)
+    except Exception:  # the relay sends them anyway
+        logger.exception("held jobs of tenant %s not sent now", tenant_id)
 
 
 @celery_app.task(name=TaskName.ENCODE_FACTS, **RETRY)  # type: ignore[untyped-decorator]
 def encode_facts(self: Any, tenant_id: str, fact_ids: list[str], job_id: str | None = None) -> int:
-    return _attempt(self, job_id, lambda: encoding.encode_facts(tenant_id, fact_ids, job_id))
+    return _attempt(
+        self, job_id, lambda: encoding.encode_facts(tenant_id, fact_ids, job_id), tenant_id
+    )
 
 
 @celery_app.task(name=TaskName.INGEST_CONVERSATION, **RETRY)  # type: ignore[untyped-decorator]
@@ -53,14 +69,17 @@ def ingest_conversation(
     self: Any, tenant_id: str, conversation_id: str, job_id: str | None = None
 ) -> int:
     return _attempt(
-        self, job_id, lambda: ingestion.ingest_conversation(tenant_id, conversation_id, job_id)
+        self,
+        job_id,
+        lambda: ingestion.ingest_conversation(tenant_id, conversation_id, job_id),
+        tenant_id,
     )
 
 
 @celery_app.task(name=TaskName.EXTRACT_MEMORIES, **RETRY)  # type: ignore[untyped-decorator]
 def extract_memories(self: Any, tenant_id: str, job_id: str) -> int:
     """Mem0's infer=true add: facts extracted and reconciled by the served model."""
-    return _attempt(self, job_id, lambda: extraction.extract_memories(tenant_id, job_id))
+    return _attempt(self, job_id, lambda: extraction.extract_memories(tenant_id, job_id), tenant_id)
 
 
 @celery_app.task(name=TaskName.RELAY_OUTBOX)  # type: ignore[untyped-decorator]

@@ -74,6 +74,12 @@ class Settings(BaseSettings):
     # A running job whose worker has not touched it for this long (its heartbeat: every quarter
     # of it) is taken to have lost its worker and is sent again (backend.jobs.pipeline.outbox).
     job_stall_s: float = Field(default=120.0, ge=4, validation_alias="INFERSCALE_JOB_STALL_S")
+    # Fair background work: a tenant's jobs in the broker's queues (sent, not finished) at most;
+    # its others wait in the outbox and go as its jobs finish, so one tenant's bulk import never
+    # queues another's encodes behind all of it (0: no cap). Keep it >= the workers' concurrency.
+    job_tenant_inflight: int = Field(
+        default=2, ge=0, le=10_000, validation_alias="INFERSCALE_JOB_TENANT_INFLIGHT"
+    )
     admin_api_key: str = Field(default="dev-admin-key", validation_alias="INFERSCALE_ADMIN_KEY")
     api_key_pepper: str = Field(default="changeme", validation_alias="INFERSCALE_KEY_PEPPER")
     # The runtime service (python -m gpu_runtime serve) and the token it requires.

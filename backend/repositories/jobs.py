@@ -40,6 +40,34 @@ class JobRepository:
         return job
 
     # ---- the pipeline's scans (platform-wide: tenant None) --------------------------------
+    def in_flight(self) -> int:
+        """This tenant's jobs sent to the broker and not finished (queued there, or running)."""
+        return int(
+            self.session.scalar(
+                select(func.count())
+                .select_from(Job)
+                .where(
+                    Job.tenant_id == self.tenant_id,
+                    Job.dispatched_at.is_not(None),
+                    Job.status.in_((JobStatus.QUEUED, JobStatus.RUNNING)),
+                )
+            )
+            or 0
+        )
+
+    def held(self, limit: int) -> list[Job]:
+        """This tenant's jobs not yet sent (held back for fairness, or the broker was down),
+        oldest first, locked."""
+        return list(
+            self.session.scalars(
+                select(Job)
+                .where(Job.tenant_id == self.tenant_id, Job.dispatched_at.is_(None))
+                .order_by(Job.created_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            )
+        )
+
     def undispatched(self, created_before: datetime, limit: int) -> list[Job]:
         """Jobs whose task has not reached the broker, oldest first, locked (two relays never
         send one job twice)."""

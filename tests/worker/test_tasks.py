@@ -15,6 +15,8 @@ from worker.tasks import _attempt
 
 pytestmark = pytest.mark.db
 
+TENANT = str(uuid.uuid4())  # no such tenant: nothing of its is held
+
 
 def _job() -> str:
     with session_scope() as session:
@@ -36,10 +38,10 @@ def test_only_the_last_retry_marks_the_job_failed(migrated_database: str) -> Non
     job_id = _job()
     early = SimpleNamespace(request=SimpleNamespace(retries=1), max_retries=3)  # a task's counters
     with pytest.raises(ConnectionError):
-        _attempt(early, job_id, _broken)
+        _attempt(early, job_id, _broken, TENANT)
     assert _status(job_id)[0] == "queued"  # Celery retries it: not failed yet
     last = SimpleNamespace(request=SimpleNamespace(retries=3), max_retries=3)
     with pytest.raises(ConnectionError):
-        _attempt(last, job_id, _broken)
+        _attempt(last, job_id, _broken, TENANT)
     assert _status(job_id) == ("failed", "ConnectionError: runtime unreachable")
-    assert _attempt(last, job_id, lambda: 7) == 7  # a success passes its result through
+    assert _attempt(last, job_id, lambda: 7, TENANT) == 7  # a success passes its result through

@@ -7,6 +7,13 @@ undispatched until ``relay`` (beat, every ``tasks.RELAY_EVERY_S``) sends it; the
 is ``broker.send_to_broker`` in production. A task may so be sent
 twice (sent, then the mark failed): jobs are idempotent.
 
+**Fair across tenants**: a tenant has at most ``INFERSCALE_JOB_TENANT_INFLIGHT`` jobs sent and
+unfinished; its next ones are held in the outbox (undispatched) and sent as its jobs finish
+(``send_held``, called by the worker when a job ends) or by the relay when it has room, so
+another tenant's job waits behind at most that many of a flooding tenant's, not all of them.
+Two API processes delivering at the same moment may overshoot the cap by one each (no lock is
+taken on the send path); the cap is a fairness bound, not a quota.
+
 A job whose worker died while running it is sent again too (``recover_stalled``): a running job's
 worker touches the row every few seconds (its heartbeat); a running job untouched for
 ``INFERSCALE_JOB_STALL_S`` goes back to the queue through the outbox, at most
@@ -23,6 +30,7 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
+from backend.core.config import get_settings
 from backend.db.models import Job, JobStatus
 from backend.db.session import after_commit, session_scope
 from backend.jobs.pipeline.tasks import TaskName
@@ -52,9 +60,26 @@ def schedule(
     after_commit(session, send_once_committed)
 
 
+def _room(session: Session, tenant_id: uuid.UUID | None) -> int | None:
+    """How many more of the tenant's jobs may be sent now (None: no cap, or no tenant)."""
+    cap = get_settings().job_tenant_inflight
+    if not cap or tenant_id is None:
+        return None
+    return max(0, cap - JobRepository(session, tenant_id).in_flight())
+
+
 def deliver(job_id: uuid.UUID, task: str, kwargs: dict[str, Any], send: Send) -> bool:
-    """Send now; on success mark the job dispatched. A broker that is down leaves it for
-    ``relay`` (never an error for the caller: what it wrote is committed)."""
+    """Send now, unless the tenant's fair share of the queues is in use (the job is held in the
+    outbox for ``send_held``); on success mark the job dispatched. A broker that is down leaves
+    it for ``relay`` (never an error for the caller: what it wrote is committed)."""
+    try:
+        with session_scope() as session:
+            job = JobRepository(session, None).get(job_id)
+            if job is not None and _room(session, job.tenant_id) == 0:
+                logger.info("job %s held: its tenant's share of the queues is in use", job_id)
+                return False
+    except Exception:  # the check is fairness, not safety: send rather than strand the job
+        logger.exception("fair-share check failed for job %s; sending it", job_id)
     try:
         send(task, kwargs)
     except Exception as exc:
@@ -75,12 +100,18 @@ def relay(send: Send, older_than_s: float = RELAY_AFTER_S) -> int:
     Stops at the first send that fails (the broker is still down)."""
     cutoff = datetime.now(UTC) - timedelta(seconds=older_than_s)
     sent = 0
+    room: dict[uuid.UUID | None, int | None] = {}  # per tenant, as this relay goes
     with session_scope() as session:
         for job in JobRepository(session, None).undispatched(cutoff, RELAY_BATCH):
             dispatch = (job.payload or {}).get(DISPATCH)
             if not dispatch:  # nothing to send (a job run inline): close it in the outbox
                 job.dispatched_at = datetime.now(UTC)
                 continue
+            if job.tenant_id not in room:
+                room[job.tenant_id] = _room(session, job.tenant_id)
+            left = room[job.tenant_id]
+            if left == 0:
+                continue  # held: sent as the tenant's jobs finish
             try:
                 send(dispatch["task"], dispatch["kwargs"])
             except Exception as exc:
@@ -88,8 +119,30 @@ def relay(send: Send, older_than_s: float = RELAY_AFTER_S) -> int:
                 break
             job.dispatched_at = datetime.now(UTC)
             sent += 1
+            if left is not None:
+                room[job.tenant_id] = left - 1
     if sent:
         logger.info("relay: sent %d job(s) from the outbox", sent)
+    return sent
+
+
+def send_held(tenant_id: uuid.UUID, send: Send) -> int:
+    """A job of the tenant ended: send its held jobs the freed room allows, oldest first."""
+    sent = 0
+    with session_scope() as session:
+        room = _room(session, tenant_id)
+        repo = JobRepository(session, tenant_id)
+        for job in repo.held(RELAY_BATCH if room is None else room):
+            dispatch = (job.payload or {}).get(DISPATCH)
+            if not dispatch:
+                continue  # run inline, or still being written: not ours to send
+            try:
+                send(dispatch["task"], dispatch["kwargs"])
+            except Exception as exc:
+                logger.warning("held jobs stay in the outbox (broker: %s)", exc)
+                break
+            job.dispatched_at = datetime.now(UTC)
+            sent += 1
     return sent
 
 
