@@ -46,6 +46,11 @@ class AdminClient:
         )["requests"]
         return rows
 
+    def fairness(self) -> list[dict[str, Any]]:
+        """Per tenant: its limits' use and 429s, and its side of the runtime's fair gate."""
+        rows: list[dict[str, Any]] = self._get("/v1/admin/fairness")["tenants"]
+        return rows
+
     def residency(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
         """The runtime's pool statistics per worker rank."""
         workers: list[dict[str, Any]] = self._get("/v1/admin/residency", tenant_id=tenant_id)[

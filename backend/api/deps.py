@@ -178,7 +178,9 @@ AdminTenantContextDep = Annotated[TenantContext, Depends(get_admin_tenant_contex
 def get_tenant_service(
     session: SessionDep, settings: SettingsDep, resources: ResourcesDep
 ) -> TenantService:
-    return TenantService(session, settings.api_key_pepper, resources.engine, resources.index)
+    return TenantService(
+        session, settings.api_key_pepper, resources.engine, resources.index, resources.limiter
+    )
 
 
 TenantServiceDep = Annotated[TenantService, Depends(get_tenant_service)]

@@ -32,9 +32,14 @@ redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
 local active = redis.call('ZCARD', KEYS[1])
 local reqs = tonumber(redis.call('GET', KEYS[2]) or '0')
 local toks = tonumber(redis.call('GET', KEYS[3]) or '0')
-if max_req > 0 and reqs >= max_req then return {1, reqs, toks, active} end
-if max_tok > 0 and toks >= max_tok then return {2, reqs, toks, active} end
-if max_conc > 0 and active >= max_conc then return {3, reqs, toks, active} end
+local refused = 0
+if max_req > 0 and reqs >= max_req then refused = 1
+elseif max_tok > 0 and toks >= max_tok then refused = 2
+elseif max_conc > 0 and active >= max_conc then refused = 3 end
+if refused > 0 then
+  redis.call('INCR', KEYS[4])
+  return {refused, reqs, toks, active}
+end
 redis.call('INCR', KEYS[2])
 redis.call('PEXPIRE', KEYS[2], 2 * window)
 redis.call('ZADD', KEYS[1], now + lease, ARGV[3])
@@ -94,7 +99,8 @@ class RateLimiter:
 
     def _keys(self, tenant: TenantId, bucket: int) -> list[str]:
         base = f"inferscale:limits:{tenant.value}"
-        return [f"{base}:active", f"{base}:req:{bucket}", f"{base}:tok:{bucket}"]
+        return [f"{base}:active", f"{base}:req:{bucket}", f"{base}:tok:{bucket}",
+                f"{base}:limited"]  # fmt: skip
 
     def admit(self, tenant: TenantId, limits: TenantLimits) -> Admission:
         """Lets the request in or raises ``RateLimitedError``. If Redis cannot be reached the
@@ -165,15 +171,22 @@ class RateLimiter:
         except Exception as exc:  # the lease ends it anyway
             logger.warning("slot in flight not released for %s: %s", admission.tenant.value, exc)
 
+    def forget(self, tenant: TenantId) -> None:
+        """Every counter of the tenant (its deletion leaves nothing behind)."""
+        keys = list(self.redis.scan_iter(match=f"inferscale:limits:{tenant.value}:*", count=100))
+        if keys:
+            self.redis.delete(*keys)
+
     def usage(self, tenant: TenantId) -> dict[str, Any]:
         """The tenant's current window and requests in flight (the admin API, the dashboard)."""
         now_ms = int(time.time() * 1000)
         bucket = now_ms // self.window_ms
-        active, reqs, toks = self._keys(tenant, bucket)
+        active, reqs, toks, limited = self._keys(tenant, bucket)
         self.redis.zremrangebyscore(active, "-inf", now_ms)
         return {
             "in_flight": int(self.redis.zcard(active)),
             "requests_this_window": int(self.redis.get(reqs) or 0),
             "tokens_this_window": int(self.redis.get(toks) or 0),
+            "limited_total": int(self.redis.get(limited) or 0),  # 429s since the key began
             "window_s": self.window_ms / 1000,
         }

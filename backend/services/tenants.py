@@ -13,6 +13,7 @@ from backend.repositories.requests import IdempotencyRepository
 from backend.repositories.tenants import ApiKeyRepository, LimitOverrides, TenantRepository
 from backend.retrieval.index import FactIndex
 from backend.runtime.client import EngineClient
+from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
 
 TENANT_SCOPE = "tenant"  # a key of one tenant (the admin key is the setting, not a row)
@@ -20,9 +21,15 @@ TENANT_SCOPE = "tenant"  # a key of one tenant (the admin key is the setting, no
 
 class TenantService:
     def __init__(
-        self, session: Session, pepper: str, engine: EngineClient, index: FactIndex
+        self,
+        session: Session,
+        pepper: str,
+        engine: EngineClient,
+        index: FactIndex,
+        limiter: RateLimiter | None = None,
     ) -> None:
         self.session = session
+        self.limiter = limiter
         self.tenants = TenantRepository(session)
         self.keys = ApiKeyRepository(session, pepper)
         self.engine = engine
@@ -61,6 +68,8 @@ class TenantService:
         self.tenants.delete(tenant)
         self.engine.purge_tenant(typed)
         self.index.drop_tenant(typed)
+        if self.limiter is not None:
+            self.limiter.forget(typed)  # its counters in Redis go too
 
     def keys_of(self, tenant_id: uuid.UUID) -> list[ApiKey]:
         self.get(tenant_id)

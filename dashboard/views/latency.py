@@ -1,6 +1,7 @@
 """Chat latency from the API's request log: TTFT over time per mode (p50, p95), TTFT against k
 with a trend line, requests/s, injected vs prefilled tokens. Cold-start outliers are marked and
-do not set the scale."""
+do not set the scale. Then fairness per tenant: 429s, tokens served and time queued for the
+engine, side by side."""
 
 from __future__ import annotations
 
@@ -21,6 +22,30 @@ def _per_minute(frame: pd.DataFrame) -> pd.DataFrame:
     return stats.dropna()
 
 
+def _fairness(client: AdminClient) -> None:
+    st.subheader("Fairness per tenant")
+    rows = client.fairness()
+    if not rows:
+        return
+    table = pd.DataFrame([{
+        "tenant": r["name"], "requests this window": r["requests_this_window"],
+        "in flight": r["in_flight"], "429s": r["limited_total"],
+        "tokens served": (r["gate"] or {}).get("prefill_tokens", 0)
+        + (r["gate"] or {}).get("decode_tokens", 0),
+        "waiting now": (r["gate"] or {}).get("waiting", 0),
+        "queued admissions": (r["gate"] or {}).get("queued", 0),
+        "queue wait s": (r["gate"] or {}).get("queue_wait_s", 0.0),
+    } for r in rows])  # fmt: skip
+    st.dataframe(table, hide_index=True)
+    if not any(r["gate"] for r in rows):
+        st.caption("The runtime did not answer: its fair gate's counts are missing.")
+    long = table.melt("tenant", ["tokens served", "429s", "queue wait s"], "measure", "value")
+    st.altair_chart(alt.Chart(long).mark_bar().encode(
+        x=alt.X("value:Q", title=None), y=alt.Y("tenant:N", title=None), color="tenant:N",
+        row=alt.Row("measure:N", title=None)).resolve_scale(x="independent"),
+        use_container_width=True)  # fmt: skip
+
+
 def render(client: AdminClient) -> None:
     st.header("Chat latency")
     tenants = {t["name"]: t["tenant_id"] for t in client.tenants()}
@@ -29,6 +54,11 @@ def render(client: AdminClient) -> None:
     if not rows:
         st.info("No chat requests yet.")
         return
+    _render_latency(rows)
+    _fairness(client)
+
+
+def _render_latency(rows: list[dict[str, object]]) -> None:
     frame = pd.DataFrame(rows)
     frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True).dt.tz_localize(None)
     frame["outlier"] = frame.groupby("mode")["ttft_ms"].transform(outliers).astype(bool)

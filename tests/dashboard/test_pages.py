@@ -96,7 +96,8 @@ def test_every_page_renders_its_charts_and_tables_with_data(stack_with_data: str
     at = _run_page("latency", stack_with_data)
     assert not at.exception and not at.error, _text(at)
     assert "TTFT against the number of memories k" in _text(at)
-    assert len(at.dataframe) == 1  # the p50/p95 table (charts are Vega specs)
+    assert "Fairness per tenant" in _text(at)
+    assert len(at.dataframe) == 2  # the p50/p95 table, the per-tenant one (charts: Vega specs)
 
     at = _run_page("jobs", stack_with_data)
     assert not at.exception and not at.error, _text(at)

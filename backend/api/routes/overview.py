@@ -41,3 +41,28 @@ def requests(
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,
 ) -> dict[str, Any]:
     return {"requests": OverviewRepository(session).requests(tenant_id, limit)}
+
+
+GATE_FIELDS = ("running", "waiting", "admitted", "queued", "queue_wait_s", "prefill_tokens",
+               "decode_tokens")  # fmt: skip
+
+
+@router.get("/fairness")
+def fairness(_: AdminDep, session: SessionDep, resources: ResourcesDep) -> dict[str, Any]:
+    """Per tenant: its limits' use this window and its 429s (Redis), and its side of the
+    runtime's fair gate summed over the replicas (absent while no replica answers)."""
+    gates: dict[str, dict[str, float]] = {}
+    try:
+        for _url, stats in resources.engine.stats_everywhere():
+            for tenant, row in stats.fairness.items():
+                mine = gates.setdefault(tenant, dict.fromkeys(GATE_FIELDS, 0.0))
+                for name in GATE_FIELDS:
+                    mine[name] += float(row.get(name, 0.0))
+    except AppError:
+        gates = {}
+    rows = []
+    for listed in OverviewRepository(session).tenants(None):
+        tid = TenantId(str(listed["tenant_id"]))
+        rows.append({"tenant_id": tid.value, "name": listed["name"],
+                     **resources.limiter.usage(tid), "gate": gates.get(tid.value)})  # fmt: skip
+    return {"tenants": rows, "runtime": bool(gates) or None}

@@ -120,12 +120,16 @@ def test_requests_in_flight_are_capped_and_freed(http: TestClient) -> None:
 def test_the_admin_api_sets_reads_and_validates_limits(http: TestClient) -> None:
     tenant = _tenant(http)
     default = http.get(f"/v1/tenants/{tenant.id}/limits", headers=ADMIN).json()
-    assert default["overrides"] == {"requests_per_minute": None, "tokens_per_minute": None,
-                                    "max_concurrent_requests": None}  # fmt: skip
+    fields = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests", "fair_weight")
+    assert default["overrides"] == dict.fromkeys(fields)
+    assert default["effective"]["fair_weight"] == 1.0
     assert default["effective"]["requests_per_minute"] == Settings().rate_limit_requests
-    changed = http.put(f"/v1/tenants/{tenant.id}/limits", json={"tokens_per_minute": 0},
-                       headers=ADMIN).json()  # fmt: skip
+    wanted = {"tokens_per_minute": 0, "fair_weight": 2.5}
+    changed = http.put(f"/v1/tenants/{tenant.id}/limits", json=wanted, headers=ADMIN).json()
     assert changed["effective"]["tokens_per_minute"] == 0  # no limit
+    assert changed["effective"]["fair_weight"] == 2.5
+    assert http.put(f"/v1/tenants/{tenant.id}/limits", json={"fair_weight": 0},
+                    headers=ADMIN).status_code == 422  # fmt: skip
     bad = http.put(f"/v1/tenants/{tenant.id}/limits", json={"requests_per_minute": -1},
                    headers=ADMIN)  # fmt: skip
     assert bad.status_code == 422
@@ -146,3 +150,35 @@ def test_tokens_are_counted_after_the_answer_and_refuse_the_windows_next_request
     refused = http.get("/v1/models", headers=tenant.headers)
     assert refused.status_code == 429
     assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
+
+
+def test_the_operators_view_counts_429s_and_a_deleted_tenant_leaves_no_counters(
+    http: TestClient,
+) -> None:
+    import redis
+
+    tenant = _tenant(http, requests_per_minute=1)
+    _at_window_start()
+    http.get("/v1/models", headers=tenant.headers)
+    assert http.get("/v1/models", headers=tenant.headers).status_code == 429
+    rows = http.get("/v1/admin/fairness", headers=ADMIN).json()["tenants"]
+    mine = next(r for r in rows if r["tenant_id"] == tenant.id)
+    assert mine["limited_total"] == 1 and mine["requests_this_window"] == 1
+    store = redis.Redis.from_url(http.app.state.resources.settings.redis_url)  # type: ignore[attr-defined]
+    pattern = f"inferscale:limits:{tenant.id}:*"
+    assert list(store.scan_iter(match=pattern))
+    assert http.delete(f"/v1/tenants/{tenant.id}", headers=ADMIN).status_code == 204
+    assert not list(store.scan_iter(match=pattern))
+
+
+def test_a_tenants_weight_reaches_the_runtimes_fair_gate(http: TestClient) -> None:
+    tenant = _tenant(http, fair_weight=3.0)
+    answer = http.post("/v1/chat/completions", headers=tenant.headers, json={
+        "model": "inferscale", "max_tokens": 2, "memory": {"mode": "none"},
+        "messages": [{"role": "user", "content": "Hello"}]})  # fmt: skip
+    assert answer.status_code == 200, answer.text
+    engine = http.app.state.resources.engine  # type: ignore[attr-defined]
+    gate = engine.stats(tenant.id).fairness[tenant.id]
+    assert gate["weight"] == 3.0 and gate["admitted"] == 1 and gate["decode_tokens"] >= 1
+    rows = http.get("/v1/admin/fairness", headers=ADMIN).json()["tenants"]
+    assert next(r for r in rows if r["tenant_id"] == tenant.id)["gate"]["admitted"] == 1
