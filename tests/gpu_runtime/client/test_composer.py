@@ -156,3 +156,23 @@ def test_hybrid_segment_covers_the_first_facts_and_leaves_the_token_ids_alone(
 def test_hybrid_cannot_inject_more_facts_than_it_has(injected: int) -> None:
     with pytest.raises(ValueError, match="injected"):
         _composer(SMOLLM2).compose(T, CFG, _facts("a.", "b.", "c."), [], "q", injected=injected)
+
+
+def test_a_facts_tokens_are_computed_once_per_tenant_and_text() -> None:
+    calls: list[str] = []
+
+    def counting(text: str) -> list[int]:
+        calls.append(text)
+        return _chars(text)
+
+    composer = PromptComposer(counting, ChatTemplate(SMOLLM2, {}), "Be helpful.")
+    facts = _facts("likes tea", "lives in Porto")
+    first = composer.compose(T, CFG, facts, [], "q?")
+    facts_tokenized = sum("likes tea" in c or "lives in Porto" in c for c in calls)
+    again = composer.compose(T, CFG, facts, [], "another q?")
+    assert sum("likes tea" in c or "lives in Porto" in c for c in calls) == facts_tokenized == 2
+    assert again.segment.spans[1:] == first.segment.spans[1:]  # the same ids, from the cache
+    other = TenantId("other")
+    composer.compose(other, CFG, [FactText(FactKey.for_fact(other, "f0", 1, CFG), "likes tea")],
+                     [], "q?")  # fmt: skip
+    assert sum("likes tea" in c for c in calls) == 2  # another tenant's same text: its own
