@@ -51,6 +51,18 @@ class AdminClient:
         rows: list[dict[str, Any]] = self._get("/v1/admin/fairness")["tenants"]
         return rows
 
+    def limits(self, tenant_id: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._get(f"/v1/tenants/{tenant_id}/limits")
+        return result
+
+    def set_limits(self, tenant_id: str, limits: dict[str, Any]) -> dict[str, Any]:
+        """A tenant's own limits and weight (None: the platform's default; 0: no limit)."""
+        response = self._http.put(f"/v1/tenants/{tenant_id}/limits", json=limits,
+                                  headers=self._auth)  # fmt: skip
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
     def residency(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
         """The runtime's pool statistics per worker rank."""
         workers: list[dict[str, Any]] = self._get("/v1/admin/residency", tenant_id=tenant_id)[

@@ -6,6 +6,7 @@ engine, side by side."""
 from __future__ import annotations
 
 import altair as alt
+import httpx
 import pandas as pd
 import streamlit as st
 
@@ -44,6 +45,51 @@ def _fairness(client: AdminClient) -> None:
         x=alt.X("value:Q", title=None), y=alt.Y("tenant:N", title=None), color="tenant:N",
         row=alt.Row("measure:N", title=None)).resolve_scale(x="independent"),
         use_container_width=True)  # fmt: skip
+    _limits_form(client, {r["name"]: r["tenant_id"] for r in rows})
+
+
+LIMIT_FIELDS = {
+    "requests_per_minute": "requests per minute",
+    "tokens_per_minute": "tokens per minute",
+    "max_concurrent_requests": "requests in flight",
+}
+
+
+def _limits_form(client: AdminClient, tenants: dict[str, str]) -> None:
+    """A tenant's limits and weight: blank keeps the platform's default, 0 means no limit."""
+    name = st.selectbox("limits of", list(tenants), key="limits_tenant")
+    if name is None:
+        return
+    current = client.limits(tenants[name])
+    with st.form("limits"):
+        st.caption("Blank: the platform's default (shown); 0: no limit.")
+        given: dict[str, str] = {}
+        for field, label in LIMIT_FIELDS.items():
+            own = current["overrides"][field]
+            given[field] = st.text_input(
+                f"{label} (default {current['effective'][field] if own is None else '-'})",
+                "" if own is None else str(own),
+            )
+        weight = current["overrides"]["fair_weight"]
+        given["fair_weight"] = st.text_input(
+            "share of the engine under contention (weight; default 1)",
+            "" if weight is None else str(weight),
+        )
+        if st.form_submit_button("Save limits"):
+            try:
+                body: dict[str, float | None] = {
+                    k: (float(v) if k == "fair_weight" else int(v)) if v.strip() else None
+                    for k, v in given.items()
+                }
+            except ValueError:
+                st.error("Limits are whole numbers, the weight a positive number.")
+                return
+            try:
+                client.set_limits(tenants[name], body)
+            except httpx.HTTPStatusError as exc:
+                st.error(f"Refused: {exc.response.json().get('error', {}).get('message')}")
+                return
+            st.success(f"Saved: {name}'s limits hold from its next request.")
 
 
 def render(client: AdminClient) -> None:

@@ -105,6 +105,25 @@ def test_every_page_renders_its_charts_and_tables_with_data(stack_with_data: str
     assert len(at.dataframe) >= 1 and at.button[0].label == "Re-encode now"
 
 
+def test_the_latency_page_sets_a_tenants_limits(stack_with_data: str, api: Any) -> None:
+    tenants = api.get("/v1/tenants", params={"limit": 500}, headers=ADMIN).json()["items"]
+    newest = tenants[-1]  # the fixture's
+    at = _run_page("latency", stack_with_data)
+    assert not at.exception and not at.error, _text(at)
+    chooser = next(s for s in at.selectbox if s.label == "limits of")
+    chooser.select(newest["name"]).run()
+    at.text_input[0].input("abc")
+    at.button[0].click().run()  # the form's submit
+    assert at.error and "whole numbers" in at.error[0].value
+    at.text_input[0].input("7")
+    at.text_input[3].input("2.5")
+    at.button[0].click().run()
+    assert not at.error and at.success, _text(at)
+    limits = api.get(f"/v1/tenants/{newest['id']}/limits", headers=ADMIN).json()
+    assert limits["overrides"]["requests_per_minute"] == 7
+    assert limits["overrides"]["fair_weight"] == 2.5
+
+
 def test_memory_browser_lists_a_users_memories_and_their_history(
     stack_with_data: str, api: Any
 ) -> None:
