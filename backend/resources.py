@@ -28,8 +28,12 @@ EMBEDDING_DIM = 384  # MiniLM-L6
 class Resources:
     settings: Settings
     engine: EngineClient
-    index: FactIndex = field(default_factory=lambda: FactIndex(EMBEDDING_DIM))
+    index: FactIndex = field(init=False)
     enqueue: Send = send_to_broker
+
+    def __post_init__(self) -> None:
+        # Per-user retrieval indexes, bounded (least recently used users' rebuilt on a miss).
+        self.index = FactIndex(EMBEDDING_DIM, max_bytes=self.settings.index_cache_bytes)
 
     @functools.cached_property
     def limiter(self) -> RateLimiter:

@@ -144,6 +144,13 @@ class Settings(BaseSettings):
         default=60.0, gt=0, le=3600, validation_alias="INFERSCALE_RATE_LIMIT_WINDOW_S"
     )
 
+    # Each API or worker process keeps per-user retrieval indexes up to this many bytes (the
+    # least recently used users' go first and are rebuilt from Postgres on their next search;
+    # a user with 300 facts takes ~480 KB; docs/capacity.md, "The API tier").
+    index_cache_bytes: int = Field(
+        default=512 * 1024 * 1024, ge=1 << 20, validation_alias="INFERSCALE_INDEX_CACHE_BYTES"
+    )
+
     # Names the chat API answers to besides the served model's own (comma-separated); any other
     # `model` is OpenAI's 404 model_not_found.
     model_aliases: str = Field(default="inferscale", validation_alias="INFERSCALE_MODEL_ALIASES")

@@ -7,11 +7,16 @@ small (hundreds to a few thousand), so exact search is cheap and needs no traini
 
 The CPU index is always the source of truth. When FAISS has GPU support, searches run on a GPU
 mirror that is re-uploaded after any change, because GPU flat indexes cannot remove ids.
+
+Bounded: the indexes held stay under ``max_bytes`` (the least recently used users' go first); an
+evicted user's index is rebuilt from Postgres on its next search (the services see its revision
+gone), so a process's memory does not grow with every user it has ever served.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,6 +33,9 @@ _NORM_TOLERANCE = 1e-3
 # FAISS's StandardGpuResources reserves a large scratch buffer by default; flat searches over one
 # user's facts need little, and the GPU is shared with vLLM's KV cache.
 _GPU_TEMP_MEMORY_BYTES = 64 * 1024 * 1024
+# What one indexed fact costs beyond its vector (its id, the reverse map), and one index.
+_PER_FACT_OVERHEAD = 64
+_PER_INDEX_OVERHEAD = 1024
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class _Entry:
     cpu: Any
     revision: int | None = None
     gpu: Any = None
+    bytes: int = 0
 
 
 def gpu_available() -> bool:
@@ -63,12 +72,24 @@ class FactIndex:
     and must already be L2-normalised, as `Embedder.embed` returns them.
     """
 
-    def __init__(self, dim: int, *, use_gpu: bool | None = None, gpu_device: int = 0) -> None:
+    def __init__(
+        self,
+        dim: int,
+        *,
+        use_gpu: bool | None = None,
+        gpu_device: int = 0,
+        max_bytes: int | None = None,
+    ) -> None:
         if isinstance(dim, bool) or not isinstance(dim, int) or dim <= 0:
             raise ValueError(f"dim must be a positive int, got {dim!r}")
+        if max_bytes is not None and max_bytes <= 0:
+            raise ValueError(f"max_bytes must be positive, got {max_bytes!r}")
         self._dim = dim
         self._lock = threading.Lock()
-        self._entries: dict[IndexKey, _Entry] = {}
+        self._entries: OrderedDict[IndexKey, _Entry] = OrderedDict()  # least recent first
+        self.max_bytes = max_bytes
+        self.held_bytes = 0
+        self.hits = self.misses = self.evictions = 0
         # Decided once: switching mid-life would leave some users' mirrors on the wrong device.
         if use_gpu is None:
             use_gpu = gpu_available()
@@ -111,10 +132,11 @@ class FactIndex:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = self._entries[key] = _Entry(cpu=self._new_cpu_index())
+                entry = self._store(key, _Entry(cpu=self._new_cpu_index()))
             entry.cpu.remove_ids(id_array)
             entry.cpu.add_with_ids(matrix, id_array)
             entry.gpu = None
+            self._resized(key, entry)
 
     def remove(self, key: IndexKey, fact_id: int) -> bool:
         """Remove one fact; False when the key or the fact was not indexed."""
@@ -126,6 +148,7 @@ class FactIndex:
             removed = int(entry.cpu.remove_ids(id_array))
             if removed:
                 entry.gpu = None
+                self._resized(key, entry)
             return removed > 0
 
     def rebuild(
@@ -147,7 +170,7 @@ class FactIndex:
         if len(id_array):
             fresh.add_with_ids(matrix, id_array)
         with self._lock:
-            self._entries[key] = _Entry(cpu=fresh, revision=checked_revision)
+            self._store(key, _Entry(cpu=fresh, revision=checked_revision))
 
     def set_revision(self, key: IndexKey, revision: int) -> None:
         """Record that the key's index reflects `revision` (creating an empty one if needed).
@@ -158,20 +181,53 @@ class FactIndex:
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
-                entry = self._entries[key] = _Entry(cpu=self._new_cpu_index())
+                entry = self._store(key, _Entry(cpu=self._new_cpu_index()))
             entry.revision = checked_revision
+
+    def apply_if_current(
+        self,
+        key: IndexKey,
+        expected: int,
+        revision: int,
+        upserts: Sequence[tuple[int, npt.NDArray[np.float32]]] = (),
+        removals: Sequence[int] = (),
+    ) -> bool:
+        """One change, kept incrementally, only if the key's index reflects ``expected`` (else
+        nothing is touched and the next search rebuilds it from Postgres): checked and applied
+        under one lock, so an eviction in between never leaves a partial index marked current."""
+        ids = self._check_ids([fact_id for fact_id, _ in upserts])
+        rows = [self._as_query(vector, name="vector") for _, vector in upserts]
+        matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
+        gone = self._check_ids(list(removals))
+        checked = self._check_revision(revision)
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or entry.revision != expected:
+                return False
+            if len(ids):
+                entry.cpu.remove_ids(ids)
+                entry.cpu.add_with_ids(matrix, ids)
+            if len(gone):
+                entry.cpu.remove_ids(gone)
+            entry.gpu = None
+            entry.revision = checked
+            self._resized(key, entry)
+            return True
 
     def drop_user(self, key: IndexKey) -> bool:
         """Forget one user's index and revision; False when there was none."""
         with self._lock:
-            return self._entries.pop(key, None) is not None
+            entry = self._entries.pop(key, None)
+            if entry is not None:
+                self.held_bytes -= entry.bytes
+            return entry is not None
 
     def drop_tenant(self, tenant: TenantId) -> int:
         """Forget every index of one tenant; returns how many users' indexes were dropped."""
         with self._lock:
             doomed = [key for key in self._entries if key.tenant == tenant]
             for key in doomed:
-                del self._entries[key]
+                self.held_bytes -= self._entries.pop(key).bytes
             return len(doomed)
 
     # -- reads ----------------------------------------------------------------------------------
@@ -180,7 +236,12 @@ class FactIndex:
         """The revision of the last rebuild/set_revision; None if the key never had one."""
         with self._lock:
             entry = self._entries.get(key)
-            return None if entry is None else entry.revision
+            if entry is None:
+                self.misses += 1
+                return None
+            self.hits += 1
+            self._entries.move_to_end(key)
+            return entry.revision
 
     def size(self, key: IndexKey) -> int:
         """How many facts the key's index holds (0 for an unknown key)."""
@@ -203,6 +264,7 @@ class FactIndex:
             if entry is None or entry.cpu.ntotal == 0:
                 return []
             k = min(top_k, int(entry.cpu.ntotal))
+            self._entries.move_to_end(key)
             scores, labels = self._searchable(entry).search(query, k)
         return [
             (int(label), float(score))
@@ -210,7 +272,41 @@ class FactIndex:
             if label >= 0
         ]
 
+    def stats(self) -> dict[str, int]:
+        with self._lock:
+            return {"users": len(self._entries), "bytes": self.held_bytes, "hits": self.hits,
+                    "misses": self.misses, "evictions": self.evictions}  # fmt: skip
+
     # -- internals ------------------------------------------------------------------------------
+
+    def _cost(self, entry: _Entry) -> int:
+        return int(entry.cpu.ntotal) * (self._dim * 4 + _PER_FACT_OVERHEAD) + _PER_INDEX_OVERHEAD
+
+    def _store(self, key: IndexKey, entry: _Entry) -> _Entry:
+        """Puts ``entry`` under ``key`` as the most recent (lock held), then evicts to fit."""
+        old = self._entries.pop(key, None)
+        if old is not None:
+            self.held_bytes -= old.bytes
+        self._entries[key] = entry
+        entry.bytes = 0
+        self._resized(key, entry)
+        return entry
+
+    def _resized(self, key: IndexKey, entry: _Entry) -> None:
+        """Re-counts the entry's bytes and evicts least recent users' indexes (never this one)
+        while over ``max_bytes`` (lock held)."""
+        cost = self._cost(entry)
+        self.held_bytes += cost - entry.bytes
+        entry.bytes = cost
+        self._entries.move_to_end(key)
+        if self.max_bytes is None:
+            return
+        while self.held_bytes > self.max_bytes and len(self._entries) > 1:
+            oldest = next(iter(self._entries))
+            if oldest == key:
+                break
+            self.held_bytes -= self._entries.pop(oldest).bytes
+            self.evictions += 1
 
     def _new_cpu_index(self) -> Any:
         """An empty exact inner-product index that stores caller-chosen int64 ids."""

@@ -206,13 +206,14 @@ class MemoryService:
     ) -> None:
         """Keep this process's index current; others notice the revision and rebuild."""
         key = IndexKey(self.ctx.tenant, user.external_id)
-        was_current = self.ctx.index.revision(key) == user.memory_revision
+        before = user.memory_revision
         revision = self.users.bump_revision(user)
-        if not was_current:
-            return  # rebuilt from Postgres on the next search
-
-        for fact in upserts or []:
-            self.ctx.index.upsert(key, fact.id, vector_from(fact.embedding).copy())
-        for fact_id in removals or []:
-            self.ctx.index.remove(key, fact_id)
-        self.ctx.index.set_revision(key, revision)
+        # Kept incrementally only if the index held was current (else, or if it was evicted
+        # meanwhile, it is rebuilt from Postgres on the next search).
+        self.ctx.index.apply_if_current(
+            key,
+            before,
+            revision,
+            [(fact.id, vector_from(fact.embedding).copy()) for fact in upserts or []],
+            removals or [],
+        )

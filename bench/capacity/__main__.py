@@ -1,6 +1,7 @@
 """``python -m bench.capacity``: facts per tier and the access-skew prediction (markdown
 tables, JSON under ``--out``); ``python -m bench.capacity check``: the measured check of
-the real pool on the CPU against the prediction."""
+the real pool on the CPU against the prediction; ``python -m bench.capacity api-tier``: the
+API processes' bounded retrieval indexes (memory, hit rate, a miss's cost)."""
 
 from __future__ import annotations
 
@@ -78,6 +79,27 @@ def check_main(args: argparse.Namespace) -> None:
     _write(args.out, "check.json", results)
 
 
+def api_tier_main(args: argparse.Namespace) -> None:
+    from bench.capacity import api_tier
+
+    rows = [api_tier.predict(int(u), z, args.facts, int(c * 2**20))
+            for u in _floats(args.users) for z in _floats(args.zipf)
+            for c in _floats(args.cache_mib)]  # fmt: skip
+    print(f"## API tier: per-user indexes of {args.facts} facts, bounded LRU per process\n")
+    cols = ["users", "zipf", "cache_mib", "all_users_gib", "users_held", "hit_rate"]
+    print(_markdown(rows, cols) + "\n")
+    checks = [api_tier.check(2000, z, args.facts, 256 * api_tier.per_user_bytes(args.facts),
+                             args.requests) for z in (0.8, 1.0)]  # fmt: skip
+    print("## The real FactIndex under seeded Zipf traffic, against the prediction\n")
+    cols = ["users", "zipf", "cache_mib", "requests", "measured_hit_rate", "predicted_hit_rate"]
+    print(_markdown(checks, [*cols, "evictions"]) + "\n")
+    miss = api_tier.miss_cost(args.facts)
+    print(f"## A miss: {miss['miss_ms']} ms (Postgres + rebuild) against a warm search's "
+          f"{miss['warm_search_ms']} ms, {args.facts} facts\n")  # fmt: skip
+    _write(args.out, "api_tier.json", {"params": vars(args) | {"out": None}, "predicted": rows,
+                                       "checked": checks, "miss": miss})  # fmt: skip
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.capacity")
     parser.add_argument("--out", type=Path, default=None)
@@ -91,6 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     check.add_argument("--requests", type=int, default=3000)
     check.add_argument("--tenants", type=int, default=1, help="users spread over this many")
     check.add_argument("--paths", default="serving,acquire")
+    tier = sub.add_parser("api-tier", help="the API processes' bounded retrieval indexes")
+    tier.add_argument("--out", type=Path, default=None)
+    tier.add_argument("--users", default="1e4,1e5,1e6")
+    tier.add_argument("--zipf", default="0.8,1.0")
+    tier.add_argument("--facts", type=int, default=300)
+    tier.add_argument("--cache-mib", default="512,4096")
+    tier.add_argument("--requests", type=int, default=20000)
     parser.add_argument("--users", default="1e4,1e5,1e6")
     parser.add_argument("--zipf", default="0.8,1.0")
     parser.add_argument("--facts", type=int, default=170)
@@ -103,7 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--host-bytes", type=int, default=model.H200_HOST_BYTES)
     parser.add_argument("--disk-bytes", type=int, default=model.H200_DISK_BYTES)
     args = parser.parse_args(argv)
-    (check_main if args.command == "check" else model_main)(args)
+    commands = {"check": check_main, "api-tier": api_tier_main}
+    commands.get(args.command or "", model_main)(args)
     return 0
 
 

@@ -178,3 +178,41 @@ def test_bad_memory_input_is_422(
     response = api.post("/v1/memories", json=body, headers=make_tenant().headers)
     assert response.status_code == 422
     assert response.json()["error"]["message"]
+
+
+def test_an_evicted_users_index_is_rebuilt_on_its_next_search(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    """With room for one user's index, two users' searches evict each other's: every search
+    still finds the right fact, rebuilt from Postgres, and changes made while a user's index
+    was out are in it."""
+    from backend.retrieval.index import FactIndex
+
+    resources = api.app.state.resources  # type: ignore[attr-defined]
+    bounded = FactIndex(384, use_gpu=False, max_bytes=2_000)  # fits one user of one fact
+    saved, resources.index = resources.index, bounded
+    try:
+        tenant = make_tenant()
+        pepper = _add(api, tenant, "ann", "The user's dog is a beagle called Pepper.")
+        _add(api, tenant, "bo", "The user's cat is a tabby called Miso.")
+
+        def top(user: str, query: str) -> str:
+            results = api.post(
+                "/v1/memories/search",
+                headers=tenant.headers,
+                json={"user_id": user, "query": query, "top_k": 1},
+            ).json()
+            return str(results["results"][0]["memory"])  # fmt: skip
+
+        for _ in range(2):
+            assert "Pepper" in top("ann", "what is my dog called?")
+            assert "Miso" in top("bo", "what is my cat called?")
+        assert bounded.stats()["evictions"] >= 3
+        api.put(
+            f"/v1/memories/{pepper['id']}",
+            json={"text": "The user's dog is called Rex."},
+            headers=tenant.headers,
+        )  # fmt: skip (ann's index is out: changed in Postgres)
+        assert "Rex" in top("ann", "what is my dog called?")
+    finally:
+        resources.index = saved

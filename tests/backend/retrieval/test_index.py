@@ -314,3 +314,43 @@ def test_gpu_mirror_is_refreshed_after_every_change(
 def test_forcing_gpu_without_one_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="GPU"):
         FactIndex(DIM, use_gpu=True)
+
+
+def _per_user(facts: int) -> int:
+    """What one user's index of ``facts`` facts is counted as (vectors, ids, the index)."""
+    return facts * (DIM * 4 + index_module._PER_FACT_OVERHEAD) + index_module._PER_INDEX_OVERHEAD
+
+
+def test_a_bounded_index_evicts_the_least_recently_used_users(rng: np.random.Generator) -> None:
+    index = FactIndex(DIM, use_gpu=False, max_bytes=3 * _per_user(10))
+    users = [IndexKey(ACME, f"u{i}") for i in range(4)]
+    for revision, key in enumerate(users[:3]):
+        index.rebuild(key, list(range(10)), unit_rows(rng, 10), revision)
+    assert index.stats()["users"] == 3 and index.held_bytes == 3 * _per_user(10)
+    assert index.search(users[0], unit_rows(rng, 1)[0], 1)  # u0 is now the most recent
+    index.rebuild(users[3], list(range(10)), unit_rows(rng, 10), 9)
+    assert index.revision(users[1]) is None  # the least recent went: rebuilt on its next use
+    assert [index.revision(k) for k in (users[0], users[2], users[3])] == [0, 2, 9]
+    assert index.stats()["evictions"] == 1 and index.held_bytes <= index.max_bytes  # type: ignore[operator]
+    index.drop_tenant(ACME)
+    assert index.held_bytes == 0 and index.stats()["users"] == 0
+
+
+def test_a_user_bigger_than_the_bound_is_still_served(rng: np.random.Generator) -> None:
+    index = FactIndex(DIM, use_gpu=False, max_bytes=_per_user(5))
+    index.rebuild(ALICE, list(range(50)), unit_rows(rng, 50), 1)
+    assert index.size(ALICE) == 50 and index.revision(ALICE) == 1
+
+
+def test_an_incremental_change_applies_only_to_a_current_index(
+    index: FactIndex, rng: np.random.Generator
+) -> None:
+    rows = unit_rows(rng, 3)
+    assert not index.apply_if_current(ALICE, 0, 1, [(7, rows[0])])  # nothing held: untouched
+    assert index.revision(ALICE) is None and index.size(ALICE) == 0
+    index.rebuild(ALICE, [1, 2], rows[1:], 4)
+    assert not index.apply_if_current(ALICE, 3, 5, [(7, rows[0])])  # stale: left for a rebuild
+    assert index.size(ALICE) == 2 and index.revision(ALICE) == 4
+    assert index.apply_if_current(ALICE, 4, 5, [(7, rows[0])], removals=[1])
+    assert index.revision(ALICE) == 5 and index.size(ALICE) == 2
+    assert index.search(ALICE, rows[0], 1)[0][0] == 7
