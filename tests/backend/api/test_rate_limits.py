@@ -27,10 +27,9 @@ WINDOW_S = 2.0  # the "minute", shortened so a test can wait one out
 
 @pytest.fixture(scope="module")
 def http(api: TestClient) -> Iterator[TestClient]:
-    """The app with a 2-second window, sharing the session's runtime client."""
-    engine = api.app.state.resources.engine  # type: ignore[attr-defined]
-    app = create_app(Settings(rate_limit_window_s=WINDOW_S), engine=engine)
-    with TestClient(app) as client:
+    """The app with a 2-second window and a runtime client of its own (a client's streaming
+    sessions belong to its app's event loop, and the app closes them when it stops)."""
+    with TestClient(create_app(Settings(rate_limit_window_s=WINDOW_S))) as client:
         yield client
 
 
