@@ -9,6 +9,7 @@ results and drops the conversation it was given.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Any
 
@@ -23,6 +24,13 @@ from backend.services import inference as inf
 from backend.services.mem0 import Scope
 from gpu_runtime.client import protocol as p
 from gpu_runtime.types import TenantId
+
+logger = logging.getLogger(__name__)
+
+NOTHING_EXTRACTED = (
+    "the model extracted no memories from this conversation (nothing was added; add them with "
+    "infer=false to store the messages as they are)"
+)
 
 
 def _generate(
@@ -101,5 +109,8 @@ def extract_memories(tenant_id: str, job_id: str, engine: EngineClient | None = 
         targets: list[Fact | None] = [facts_now.get(memory_id) for memory_id, _ in existing]
         results = inf.apply(ctx, scope, request.metadata, decisions, targets, dict(facts))
         job.payload = {"scope": payload["scope"], "applied": True, "results": results}
+        if not facts:  # said in the job and its event, never a silent empty success
+            job.payload["message"] = NOTHING_EXTRACTED
+            logger.warning("job %s: %s", job_id, NOTHING_EXTRACTED)
     update_job(job_id, status=JobStatus.SUCCEEDED, progress_done=1)
     return len(results)

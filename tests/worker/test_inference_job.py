@@ -127,3 +127,38 @@ def test_the_job_is_applied_once_however_often_it_is_delivered(
     other = make_tenant()
     assert extract_memories(other.id, job_id, engine=engine) == 0
     assert api.get(f"/v1/event/{job_id}/", headers=_token(other)).status_code == 404
+
+
+@pytest.mark.engine
+def test_a_job_whose_model_extracts_nothing_says_so(
+    api: TestClient, make_tenant: Callable[[], TenantHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The served model's answer is stood in for by an empty extraction (what SmolLM2 gave for
+    "I moved to Porto last spring..."): the job succeeds, and its event and job say why
+    nothing was added. The job is written as the add route writes it, but run inline here and
+    never sent to the broker (a Celery worker of the session would run it with the real
+    model)."""
+    import dataclasses
+
+    from backend.jobs import extraction
+    from backend.services.mem0 import Mem0Service
+
+    tenant = make_tenant()
+    typed = TenantId(tenant.id)
+    engine: Any = api.app.state.resources.engine  # type: ignore[attr-defined]
+    request: dict[str, Any] = {
+        "messages": [{"role": "user", "content": "Nothing to note."}], "metadata": {},
+        "custom_instructions": None, "agent_custom_instructions": None,
+        "includes": None, "excludes": None, "custom_categories": [],
+    }  # fmt: skip
+    with session_scope() as session:
+        ctx = process_resources().tenant_context(session, typed, engine)
+        inline = dataclasses.replace(ctx, enqueue=lambda task, kwargs: None)
+        job_id = str(Mem0Service(inline).schedule_inference(Scope(user_id="kim"), request).id)
+    monkeypatch.setattr(extraction, "_generate", lambda *args: '{"facts": []}')
+    assert extract_memories(tenant.id, job_id, engine=engine) == 0
+    event = _settled(api, tenant, job_id)
+    assert event["status"] == "SUCCEEDED" and event["results"] == []
+    assert event["message"] == extraction.NOTHING_EXTRACTED
+    job = api.get(f"/v1/jobs/{job_id}", headers=tenant.headers).json()
+    assert job["result"]["message"] == extraction.NOTHING_EXTRACTED

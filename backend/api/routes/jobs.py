@@ -21,7 +21,7 @@ def get_job(job_id: uuid.UUID, caller: CallerDep, session: SessionDep) -> JobOut
     job = JobRepository(session, scope).get(job_id)
     if job is None or (scope is not None and job.tenant_id is None):
         raise NotFoundError(f"job {job_id} not found")
-    shown = ("fact_ids", "encoded", "encode_job_id")
+    shown = ("fact_ids", "encoded", "encode_job_id", "message")
     result = {k: v for k, v in (job.payload or {}).items() if k in shown}
     return JobOut(
         id=job.id,

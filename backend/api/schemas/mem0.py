@@ -243,6 +243,7 @@ class EventOut(BaseModel):
     status: EventStatus
     results: list[dict[str, Any]]
     error: str | None
+    message: str | None = None  # e.g. that the model extracted nothing
     created_at: datetime
     updated_at: datetime
 
@@ -252,5 +253,6 @@ class EventOut(BaseModel):
         return cls(
             id=str(job.id), event_type="ADD", status=EVENT_STATUS.get(job.status, "PENDING"),
             results=list((job.payload or {}).get("results", [])), error=job.error or None,
+            message=(job.payload or {}).get("message"),
             created_at=job.created_at, updated_at=job.updated_at,
         )  # fmt: skip
