@@ -17,16 +17,9 @@ EXIT_CANNOT_START = 2
 
 def one_line_reason(exc: BaseException) -> str:
     """An error as one line; a settings error lists each refused variable and why."""
-    from pydantic import ValidationError
+    from gpu_runtime.client.startup import settings_error
 
-    if not isinstance(exc, ValidationError):
-        return " ".join(str(exc).split())
-    parts = []
-    for error in exc.errors():
-        where = ".".join(str(p) for p in error.get("loc", ()))
-        message = str(error.get("msg", "")).removeprefix("Value error, ")
-        parts.append(f"{where}: {message}" if where else message)
-    return "invalid settings: " + "; ".join(parts)
+    return settings_error(exc) or " ".join(str(exc).split())
 
 
 def cannot_start(what: str, exc: BaseException) -> int:
@@ -56,7 +49,7 @@ def run_api(args: argparse.Namespace) -> int:
 def autologs_in(settings: Settings) -> bool:
     """Dev and demo on this host only: the operator is logged in already. Reachable from other
     hosts (compose's container address, a published port) the operator types the key."""
-    from backend.core.config import is_loopback
+    from gpu_runtime.client.startup import is_loopback
 
     return settings.environment != "prod" and is_loopback(settings.dashboard_host)
 

@@ -18,16 +18,9 @@ EXIT_ENGINE_FAILED = 1
 
 def one_line(exc: BaseException) -> str:
     """An error as one line: a settings error lists each refused field and why."""
-    from pydantic import ValidationError
+    from gpu_runtime.client.startup import settings_error
 
-    if isinstance(exc, ValidationError):
-        parts = []
-        for error in exc.errors():
-            where = ".".join(str(p) for p in error.get("loc", ()))
-            message = str(error.get("msg", "")).removeprefix("Value error, ")
-            parts.append(f"{where}: {message}" if where else message)
-        return "invalid settings: " + "; ".join(parts)
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
+    return settings_error(exc) or " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 def main(argv: list[str] | None = None) -> int:

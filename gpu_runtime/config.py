@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -16,18 +15,11 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gpu_runtime.client.startup import is_loopback
+
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 PLACEHOLDER_TOKENS = frozenset({"", "changeme", "change-me", "dev-service-token", "secret"})
 DEV_SERVICE_TOKEN = "dev-service-token"
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: assume it resolves to a reachable address
 
 
 def _default_home() -> Path:
@@ -125,7 +117,7 @@ class RuntimeSettings(BaseSettings):
     def refuse_exposed_placeholder(self, host: str) -> None:
         """Listening beyond loopback with a placeholder token would let anyone who reaches the
         port read and purge every tenant's KV: refuse."""
-        if not _is_loopback(host) and self.weak_service_token:
+        if not is_loopback(host) and self.weak_service_token:
             raise ValueError(
                 f"refusing to listen on {host} with a placeholder INFERSCALE_SERVICE_TOKEN: set "
                 "one (or INFERSCALE_SECRETS_DIR), or listen on 127.0.0.1"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from functools import lru_cache
 from typing import Literal
@@ -15,6 +14,8 @@ from pydantic_settings import (
     SettingsConfigDict,
 )
 
+from gpu_runtime.client.startup import is_loopback as is_loopback  # (re-exported)
+
 PLACEHOLDER_SECRETS = frozenset(
     {"", "changeme", "change-me", "dev-admin-key", "dev-service-token", "secret"}
 )
@@ -22,16 +23,6 @@ SECRET_FIELDS = ("admin_api_key", "api_key_pepper", "service_token")
 # A directory of files named like the variables (INFERSCALE_ADMIN_KEY, ...), e.g. the secrets
 # `inferscale secrets init` generates in docker compose; a variable that is set wins over a file.
 SECRETS_DIR_VAR = "INFERSCALE_SECRETS_DIR"
-
-
-def is_loopback(host: str) -> bool:
-    """Whether a listening address is reachable only from this host."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a name: assume it resolves to a reachable address
 
 
 class Settings(BaseSettings):

@@ -112,12 +112,8 @@ def relay(send: Send, older_than_s: float = RELAY_AFTER_S) -> int:
             left = room[job.tenant_id]
             if left == 0:
                 continue  # held: sent as the tenant's jobs finish
-            try:
-                send(dispatch["task"], dispatch["kwargs"])
-            except Exception as exc:
-                logger.warning("relay: broker still unavailable (%s)", exc)
+            if not _send_marked(job, dispatch, send, "relay: broker still unavailable"):
                 break
-            job.dispatched_at = datetime.now(UTC)
             sent += 1
             if left is not None:
                 room[job.tenant_id] = left - 1
@@ -136,14 +132,22 @@ def send_held(tenant_id: uuid.UUID, send: Send) -> int:
             dispatch = (job.payload or {}).get(DISPATCH)
             if not dispatch:
                 continue  # run inline, or still being written: not ours to send
-            try:
-                send(dispatch["task"], dispatch["kwargs"])
-            except Exception as exc:
-                logger.warning("held jobs stay in the outbox (broker: %s)", exc)
+            if not _send_marked(job, dispatch, send, "held jobs stay in the outbox (broker)"):
                 break
-            job.dispatched_at = datetime.now(UTC)
             sent += 1
     return sent
+
+
+def _send_marked(job: Job, dispatch: dict[str, Any], send: Send, unavailable: str) -> bool:
+    """Sends the job's task and marks it dispatched (its row is locked by the caller's scan);
+    False, with ``unavailable`` logged, while the broker refuses."""
+    try:
+        send(dispatch["task"], dispatch["kwargs"])
+    except Exception as exc:
+        logger.warning("%s: %s", unavailable, exc)
+        return False
+    job.dispatched_at = datetime.now(UTC)
+    return True
 
 
 def recover_stalled(stall_s: float, max_recoveries: int = MAX_RECOVERIES) -> int:
