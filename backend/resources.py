@@ -18,6 +18,7 @@ from backend.retrieval.embedder import Embedder, get_embedder
 from backend.retrieval.index import FactIndex
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
+from backend.services.query_embedding import QueryEmbedder
 from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
 
@@ -40,6 +41,10 @@ class Resources:
         """Per-tenant limits in Redis (the API's; connects on first use)."""
         return RateLimiter(self.settings.redis_url, self.settings.rate_limit_window_s)
 
+    @functools.cached_property
+    def queries(self) -> QueryEmbedder:
+        return QueryEmbedder(get_embedder, self.engine, self.settings.query_embedding)
+
     @property
     def embedder(self) -> Embedder:
         return get_embedder()  # loaded on first use (the API starts fast), once per process
@@ -52,6 +57,7 @@ class Resources:
             tenant=tenant,
             index=self.index,
             embedder=self.embedder,
+            queries=self.queries,
             engine=engine or self.engine,
             enqueue=self.enqueue,
         )

@@ -100,6 +100,10 @@ class RuntimeSettings(BaseSettings):
     # How facts are stored in every tier: auto as captured (the cache dtype), fp8_e4m3 with
     # float32 scales per token and KV head (half of bf16's bytes).
     fact_kv_dtype: Literal["auto", "fp8_e4m3"] = "auto"
+    # Query embeddings for the API (POST /v1/embed, all-MiniLM-L6-v2 on this device): auto
+    # serves them on GPUs, where a query takes ~1 ms instead of the API's CPU pass; off on CPUs,
+    # where the engine owns the cores. "on" fails the start if the model cannot load.
+    query_embedder: Literal["auto", "on", "off"] = "auto"
     # ---- the KV pools ----
     gpu_pool_bytes: int = 1 << 30  # tiered KV pool: GPU slab arena (plain memory on CPU)
     host_pool_bytes: int = 4 << 30  # pinned host DRAM behind it; disk holds everything

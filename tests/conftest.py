@@ -53,8 +53,14 @@ RUNTIME_PORT = free_port()
 os.environ["INFERSCALE_RUNTIME_URL"] = f"http://127.0.0.1:{RUNTIME_PORT}"
 # The runtime fills a request's injected blocks with garbage before writing them, so stale KV
 # can never make a broken injection look right.
+# It also serves query embeddings (on by hand: auto serves them on GPUs only), so the API's
+# searches in the suite go through POST /v1/embed and its probe.
 RUNTIME = RuntimeProcess(
-    {"INFERSCALE_SCRUB_INJECTED_BLOCKS": "1", "PYTHONUNBUFFERED": "1"},
+    {
+        "INFERSCALE_SCRUB_INJECTED_BLOCKS": "1",
+        "INFERSCALE_QUERY_EMBEDDER": "on",
+        "PYTHONUNBUFFERED": "1",
+    },
     port=RUNTIME_PORT,
     log=Path(KV_DIR).parent / f"inferscale-test-runtime-{RUNTIME_PORT}.log",
     cwd=REPO,

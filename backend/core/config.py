@@ -138,6 +138,12 @@ class Settings(BaseSettings):
     # Each API or worker process keeps per-user retrieval indexes up to this many bytes (the
     # least recently used users' go first and are rebuilt from Postgres on their next search;
     # a user with 300 facts takes ~480 KB; docs/capacity.md, "The API tier").
+    # Where a query is embedded: "auto" on the runtime's device when it serves the same model
+    # (GPU runtimes do; checked against this process's own pass once per runtime start), else
+    # here; "local" always here; "runtime" like auto, with a warning when it cannot.
+    query_embedding: Literal["auto", "local", "runtime"] = Field(
+        default="auto", validation_alias="INFERSCALE_QUERY_EMBEDDING"
+    )
     index_cache_bytes: int = Field(
         default=512 * 1024 * 1024, ge=1 << 20, validation_alias="INFERSCALE_INDEX_CACHE_BYTES"
     )

@@ -17,6 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import numpy as np
+import numpy.typing as npt
+
 from backend.core.config import Settings
 from backend.errors import AppError, BadRequestError, UnavailableError
 from backend.runtime.purge import purge_everywhere
@@ -180,6 +183,15 @@ class EngineClient:
         purge_everywhere(self.replicas, p.PurgeRequest(tenant=tenant.value, all=True))
 
     # ---- serving -------------------------------------------------------------------------
+    def query_embedder(self, tenant: TenantId) -> tuple[str, str | None]:
+        """(the tenant's runtime instance, the query embedding model it serves or None)."""
+        info = self._call(tenant, lambda runtime: runtime.model())
+        return info.runtime_id, info.query_embedder
+
+    def embed_queries(self, tenant: TenantId, texts: list[str]) -> npt.NDArray[np.float32]:
+        """[len(texts), dim] query embeddings from the tenant's runtime (``POST /v1/embed``)."""
+        return self._call(tenant, lambda runtime: runtime.embed(texts))
+
     def prefetch(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
         """A hint sent as soon as retrieval knows the facts, in the background: it overlaps
         composing and never delays or fails a request."""

@@ -154,7 +154,7 @@ class ChatService:
         facts: list[FactText] = []
         memories: list[str] = []
         if request.mode is not MemoryMode.NONE and request.user and request.top_k > 0:
-            vector = self.ctx.embedder.embed([query])[0]
+            vector = self.ctx.queries.embed(self.ctx.tenant, query)
             clock.lap("embed")
             hits = MemoryService(self.ctx).search_vector(request.user, vector, request.top_k)
             for hit in hits:

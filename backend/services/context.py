@@ -11,6 +11,7 @@ from backend.jobs.pipeline.outbox import Send
 from backend.retrieval.embedder import Embedder
 from backend.retrieval.index import FactIndex
 from backend.runtime.client import EngineClient
+from backend.services.query_embedding import QueryEmbedder
 from gpu_runtime.types import TenantId
 
 
@@ -19,7 +20,8 @@ class TenantContext:
     session: Session
     tenant: TenantId
     index: FactIndex
-    embedder: Embedder
+    embedder: Embedder  # facts' vectors (and the fallback for queries)
+    queries: QueryEmbedder  # search queries' vectors (on the runtime's GPU where it serves them)
     engine: EngineClient
     enqueue: Send  # (task name, kwargs) to the broker, through backend.jobs.pipeline.outbox
 

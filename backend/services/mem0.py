@@ -162,7 +162,7 @@ class Mem0Service:
             )
         if not rows:
             return []
-        scores = vectors @ np.asarray(self.ctx.embedder.embed([query])[0], dtype=np.float32)
+        scores = vectors @ self.ctx.queries.embed(self.ctx.tenant, query)
         order = [int(i) for i in np.argsort(-scores, kind="stable")[:top_k]
                  if scores[i] >= threshold]  # fmt: skip
         found = self.scoped.by_rows([rows[i] for i in order])

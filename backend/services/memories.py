@@ -126,7 +126,8 @@ class MemoryService:
         return self.facts.history(fact)
 
     def search(self, user_external_id: str, query: str, top_k: int) -> list[SearchHit]:
-        return self.search_vector(user_external_id, self.ctx.embedder.embed([query])[0], top_k)
+        vector = self.ctx.queries.embed(self.ctx.tenant, query)
+        return self.search_vector(user_external_id, vector, top_k)
 
     def search_vector(
         self, user_external_id: str, vector: npt.NDArray[np.float32], top_k: int

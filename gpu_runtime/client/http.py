@@ -11,6 +11,7 @@ made the client, not the runtime, the bottleneck at 100 concurrent streams on th
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import threading
@@ -19,6 +20,8 @@ from typing import Any
 
 import aiohttp
 import httpx
+import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel
 
 from gpu_runtime.client import protocol as p
@@ -265,6 +268,17 @@ class RuntimeClient:
     def contains(self, request: p.KeysRequest) -> list[bool]:
         response = self._request("POST", "/v1/contains", request)
         return p.ContainsResult.model_validate_json(response.content).present
+
+    def embed(self, texts: list[str]) -> npt.NDArray[np.float32]:
+        """[len(texts), dim] float32 query embeddings from the runtime's device (revision 3)."""
+        response = self._request("POST", "/v1/embed", p.EmbedRequest(texts=texts))
+        result = p.EmbedResult.model_validate_json(response.content)
+        raw = np.frombuffer(base64.b64decode(result.vectors_b64), dtype="<f4")
+        if raw.size != len(texts) * result.dim:
+            raise RuntimeRejectedError(
+                f"the runtime sent {raw.size} floats for {len(texts)} x {result.dim}", "bad_embed"
+            )
+        return raw.astype(np.float32).reshape(len(texts), result.dim)
 
     def stats(self, tenant: str | None = None) -> p.StatsResult:
         path = "/v1/stats" + (f"?{httpx.QueryParams({'tenant': tenant})}" if tenant else "")

@@ -20,6 +20,7 @@ model's. ``POST /v1/generate`` streams NDJSON, one ``GenerateEvent`` per line.
 | ``POST /v1/placement`` | ``KeysRequest`` | ``PlacementResult``: each fact's tier |
 | ``POST /v1/demote`` | ``DemoteRequest`` | 204 once the facts sit on that tier or below |
 | ``GET /v1/stats?tenant=`` | | ``StatsResult`` |
+| ``POST /v1/embed`` | ``EmbedRequest`` | ``EmbedResult`` (rev. 3; 503 ``no_embedder`` if off) |
 
 Revisions (``PROTOCOL_REVISION``, also in ``ModelInfo.protocol_revision``; additions only, so a
 client of an older revision is still served):
@@ -29,6 +30,8 @@ client of an older revision is still served):
   object, through vLLM's structured outputs: what the model writes always parses, unless
   ``max_tokens`` cuts it, which ``finish_reason: "length"`` says), ``presence_penalty`` and
   ``frequency_penalty``. Logprobs ride on ``delta`` events since revision 1.
+* 3: ``POST /v1/embed`` (query embeddings on the runtime's device) and
+  ``ModelInfo.query_embedder`` (the embedding model's name, ``None`` when not served).
 
 Errors: ``{"error": {"code", "message"}}`` with 400 (``prompt_too_long``, ``invalid_request``),
 401 (``unauthorized``), 422 (``invalid_request``), 503 (``not_ready``, ``engine_dead``).
@@ -43,7 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from gpu_runtime.types import FactKey, MemorySegment, Span
 
 API_VERSION = "v1"
-PROTOCOL_REVISION = 2  # see the module docstring: what each revision added
+PROTOCOL_REVISION = 3  # see the module docstring: what each revision added
 RUNTIME_ID_HEADER = "X-InferScale-Runtime"  # changes on every start: clients refresh ModelInfo
 
 TenantField = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -210,6 +213,19 @@ class ModelInfo(BaseModel):
     worker_pids: list[int]
     workers: list[dict[str, Any]]  # per worker rank: device, layers, KV shape, fused kernel
     protocol_revision: int = 1  # what this runtime speaks (absent before revision 2)
+    query_embedder: str | None = None  # POST /v1/embed's model, when this runtime serves it
+
+
+class EmbedRequest(_Body):
+    texts: list[Annotated[str, StringConstraints(max_length=20_000)]] = Field(
+        min_length=1, max_length=256
+    )
+
+
+class EmbedResult(BaseModel):
+    model: str
+    dim: int
+    vectors_b64: str  # [len(texts), dim] float32, little-endian, row-major, rows L2-normalised
 
 
 class StatsResult(BaseModel):

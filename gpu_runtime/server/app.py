@@ -14,7 +14,8 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
-from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.config import RuntimeSettings, cuda_available
+from gpu_runtime.query_embedder import QueryEmbedder
 from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server.assets import load_assets
 from gpu_runtime.server.errors import install_error_handlers
@@ -45,12 +46,37 @@ async def _start_engine(state: ServerState) -> None:
         logger.exception("the engine did not start")
         _stop_serving(state, f"the engine did not start: {type(exc).__name__}: {exc}")
         return
+    try:
+        state.embedder = await asyncio.to_thread(load_query_embedder, state.settings)
+    except Exception as exc:  # only "on" gets here: "auto" degrades to the API's own pass
+        logger.exception("the query embedder did not load")
+        runtime.shutdown()
+        _stop_serving(state, f"the query embedder did not load: {type(exc).__name__}: {exc}")
+        return
     state.runtime = runtime
     logger.info("engine ready: workers %s", state.workers)
     while not runtime.dead:  # vLLM marks the engine errored for good when its core dies
         await asyncio.sleep(ENGINE_WATCH_S)
     logger.error("the engine died: exiting so that the runtime is restarted")
     _stop_serving(state, "the engine died (its core process exited)")
+
+
+def load_query_embedder(settings: RuntimeSettings) -> QueryEmbedder | None:
+    """The API's query embedder on this device, loaded after the engine has started (its
+    processes are spawned by then, so CUDA initialised here reaches none of them)."""
+    wanted = settings.query_embedder
+    if wanted == "off" or (wanted == "auto" and not cuda_available()):
+        return None
+    import torch
+
+    device = torch.device("cuda" if cuda_available() else "cpu")
+    try:
+        return QueryEmbedder.load(device)
+    except Exception:
+        if wanted == "on":
+            raise
+        logger.warning("query embedder unavailable; the API embeds queries itself", exc_info=True)
+        return None
 
 
 def create_app(settings: RuntimeSettings | None = None) -> FastAPI:

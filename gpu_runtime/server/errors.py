@@ -20,6 +20,10 @@ class NotReadyError(RuntimeErrorBase):
     """The engine is still starting."""
 
 
+class NoEmbedderError(RuntimeErrorBase):
+    """Query embeddings are not served by this runtime (``query_embedder`` off or on a CPU)."""
+
+
 class UnauthorizedError(RuntimeErrorBase):
     """No or a wrong service token."""
 
@@ -31,6 +35,8 @@ def status_of(exc: BaseException) -> tuple[int, str]:
         return 400, "invalid_request"
     if isinstance(exc, UnauthorizedError):
         return 401, "unauthorized"
+    if isinstance(exc, NoEmbedderError):
+        return 503, "no_embedder"
     if isinstance(exc, NotReadyError):
         return 503, "not_ready"
     if isinstance(exc, EngineError):

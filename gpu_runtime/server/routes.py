@@ -3,6 +3,7 @@ wire models and the runtime's own types, nothing more."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -21,10 +22,11 @@ from gpu_runtime.generation import (
     Sampling,
     Structured,
 )
+from gpu_runtime.query_embedder import MODEL_NAME
 from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server import metrics
 from gpu_runtime.server.deps import RuntimeDep, ServiceTokenDep, StateDep
-from gpu_runtime.server.errors import status_of
+from gpu_runtime.server.errors import NoEmbedderError, status_of
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
 
 logger = logging.getLogger(__name__)
@@ -88,6 +90,18 @@ async def model(state: StateDep, runtime: RuntimeDep) -> p.ModelInfo:
         worker_pids=[int(w["pid"]) for w in state.workers],
         workers=state.workers,
         protocol_revision=p.PROTOCOL_REVISION,
+        query_embedder=MODEL_NAME if state.embedder is not None else None,
+    )
+
+
+@api.post("/embed", response_model=p.EmbedResult)
+async def embed(body: p.EmbedRequest, state: StateDep) -> p.EmbedResult:
+    if state.embedder is None:
+        raise NoEmbedderError("this runtime does not serve query embeddings (see /v1/model)")
+    vectors = await state.embedder.embed(list(body.texts))  # [n, dim] float32
+    raw = vectors.contiguous().numpy().astype("<f4", copy=False).tobytes()
+    return p.EmbedResult(
+        model=MODEL_NAME, dim=state.embedder.dim, vectors_b64=base64.b64encode(raw).decode()
     )
 
 
