@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Select, func, select, update
+from sqlalchemy.orm import defer
 
 from backend.db.models import EndUser, Fact, FactHistory, Turn
 from backend.repositories.base import Page, TenantScoped
@@ -134,7 +135,9 @@ class FactRepository(TenantScoped):
         """By internal row id (what the retrieval index holds), in the order asked."""
         if not row_ids:
             return []
-        rows = {f.id: f for f in self.session.scalars(self._live().where(Fact.id.in_(row_ids)))}
+        # The vectors stay behind (1.5 KB a row; loaded only if asked for): search hits need text.
+        live = self._live().where(Fact.id.in_(row_ids)).options(defer(Fact.embedding))
+        rows = {f.id: f for f in self.session.scalars(live)}
         return [rows[i] for i in row_ids if i in rows]
 
     def list_for_user(self, user: EndUser, page: Page) -> tuple[list[Fact], int]:

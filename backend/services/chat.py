@@ -2,7 +2,8 @@
 
 Every chat records where its time to first token went (``ChatRun.timings_ms``): from the
 request's arrival, authentication and the database (``auth_db``), the query's embedding
-(``embed``), the index search and fact rows (``search``), composing (``compose``), the
+(``embed``: what of it the user's lookup, run meanwhile, did not hide), the user's lookup,
+the index search and the fact rows (``search``), composing (``compose``), the
 transaction's end (``commit``), then the runtime, which reports its own share (``engine_ttft``);
 the rest of the client's TTFT is the HTTP hops.
 """
@@ -14,6 +15,9 @@ import enum
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
 
 from backend.db.session import session_scope
 from backend.errors import ContextLengthError, InvalidRequestError
@@ -154,9 +158,15 @@ class ChatService:
         facts: list[FactText] = []
         memories: list[str] = []
         if request.mode is not MemoryMode.NONE and request.user and request.top_k > 0:
-            vector = self.ctx.queries.embed(self.ctx.tenant, query)
-            clock.lap("embed")
-            hits = MemoryService(self.ctx).search_vector(request.user, vector, request.top_k)
+            pending = self.ctx.queries.submit(self.ctx.tenant, query)
+
+            def vector() -> npt.NDArray[np.float32]:
+                clock.lap("search")  # the user's index made ready while the query is embedded
+                embedded = pending.result()
+                clock.lap("embed")  # what of the embedding the lookups did not hide
+                return embedded
+
+            hits = MemoryService(self.ctx).search_when_ready(request.user, vector, request.top_k)
             for hit in hits:
                 facts.append(FactText(fact_key(self.ctx.tenant, hit.fact, config), hit.fact.text))
                 memories.append(str(hit.fact.public_id))

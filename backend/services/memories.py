@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,18 +127,28 @@ class MemoryService:
         return self.facts.history(fact)
 
     def search(self, user_external_id: str, query: str, top_k: int) -> list[SearchHit]:
-        vector = self.ctx.queries.embed(self.ctx.tenant, query)
-        return self.search_vector(user_external_id, vector, top_k)
+        pending = self.ctx.queries.submit(self.ctx.tenant, query)
+        return self.search_when_ready(user_external_id, pending.result, top_k)
 
     def search_vector(
         self, user_external_id: str, vector: npt.NDArray[np.float32], top_k: int
     ) -> list[SearchHit]:
         """The user's top-k live facts for an already embedded query (best first)."""
+        return self.search_when_ready(user_external_id, lambda: vector, top_k)
+
+    def search_when_ready(
+        self,
+        user_external_id: str,
+        vector_of: Callable[[], npt.NDArray[np.float32]],
+        top_k: int,
+    ) -> list[SearchHit]:
+        """``search_vector`` with the query's vector asked for only once the user's index is
+        ready: its embedding (on the runtime, or in another thread) overlaps the lookups."""
         user = self.users.get(user_external_id)
         if user is None:
             return []
         key = self._ensure_index(user)
-        hits = self.ctx.index.search(key, vector, top_k)
+        hits = self.ctx.index.search(key, vector_of(), top_k)
         facts = {f.id: f for f in self.facts.many_by_row([row_id for row_id, _ in hits])}
         # Only live facts of this tenant and user come back, whatever the index holds.
         return [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 import numpy.typing as npt
@@ -40,6 +41,11 @@ class QueryEmbedder:
         self._lock = threading.Lock()
         self._verdicts: dict[str, bool] = {}  # runtime instance id -> its vectors agree with ours
         self.remote_calls = 0  # observability, and what the tests count
+        self._pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="inferscale-queries")
+
+    def submit(self, tenant: TenantId, text: str) -> Future[npt.NDArray[np.float32]]:
+        """``embed`` started in the background: a search looks its user up meanwhile."""
+        return self._pool.submit(self.embed, tenant, text)
 
     def embed(self, tenant: TenantId, text: str) -> npt.NDArray[np.float32]:
         """The unit vector of ``text`` (shape [dim])."""

@@ -3,6 +3,8 @@
 #   bash scripts/device/platform_bench.sh serve     # what a tenant's app sees, against the peer
 #   bash scripts/device/platform_bench.sh smollm2   # real SmolLM2 weights: a LoCoMo import
 #                                                   # through Celery, hybrid vs prompt answers
+#   bash scripts/device/platform_bench.sh exactness # Theorem 3 with real SmolLM2 weights: CI's
+#                                                   # own engine tests, run on the GPU (before serve)
 # serve: the Llama-3.1-8B shape with dummy weights (SmolLM2's vocabulary: the same tokenizer
 # streams text through both stacks); the platform (Postgres, Redis, migrations, the runtime, the
 # API with 4 workers, a Celery worker and beat) and vLLM's own OpenAI server beside it (0.42 of
@@ -35,7 +37,17 @@ case ${1:-} in
     python3 -m inferscale.cli demo-platform --api http://127.0.0.1:8000 --questions 6 2>&1 \
       | tee "$res/smollm2-demo.log" | tail -60
     ;;
-  *) sed -n 2,11p "$0"; exit 2 ;;
+  exactness)
+    # The CI's exactness tests, unchanged, against a runtime on this GPU serving the real SmolLM2
+    # (dequantized from the Q4_1 GGUF by `platform.sh receive-gguf`; INFERSCALE_HOME finds it):
+    # injected vs prefix-cache-reused KV bitwise, cache bits equal, GPU and host tiers, a
+    # purged fact recomputed, and the negative control (zeros injected change the output).
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.3 python3 -m pytest -p no:cacheprovider -q -rA \
+      --timeout=500 tests/gpu_runtime/test_injection_exactness.py \
+      tests/gpu_runtime/test_chunked_rope_engine.py 2>&1 | tee "$res/exactness.log" | tail -40
+    ls /tmp/inferscale-test-runtime-*.log >/dev/null 2>&1 && cp /tmp/inferscale-test-runtime-*.log "$res/"
+    ;;
+  *) sed -n 2,13p "$0"; exit 2 ;;
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null
