@@ -5,6 +5,8 @@
 
     inferscale eval compare runs/a/eval.json runs/b/eval.json --names fp32,fp8
 
+    inferscale eval recall --ks 5,20,50 --out docs/results/retrieval   # evals/recall.py
+
 Runs the harness of :mod:`evals.locomo` through a runtime service: the one at
 ``--runtime-url`` (``INFERSCALE_SERVICE_TOKEN`` its token), or one it starts for the run with a
 throwaway KV store. Writes eval.json, eval.md and a PNG.
@@ -26,6 +28,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["recall"]:  # retrieval configurations' evidence recall, no model
+        from evals.recall import main as recall
+
+        return recall(given[1:])
     if given[:1] == ["compare"]:  # two runs' eval.json side by side
         from evals.compare import main as compare
 

@@ -1,0 +1,122 @@
+"""``inferscale eval recall``: evidence recall@k of retrieval configurations on LoCoMo, no model.
+
+For every question with evidence (category 5, adversarial, has none to find), the share of its
+evidence turns among the facts retrieved: dense (MiniLM + exact inner product, what the
+platform serves), keyword (BM25 over the fact text, ``bm25s``, English stop words), and the two
+fused by reciprocal rank (RRF, k=60) with the keyword side weighted. The ceiling is the recall
+of all facts: an evidence turn that no fact is tied to cannot be retrieved by any configuration.
+
+    python -m evals recall --ks 5,20,50 --out docs/results/retrieval
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from evals.dataset import Conversation, Question, load_conversations, locomo_files
+
+RRF_K = 60
+KEYWORD_WEIGHTS = (1.0, 0.5, 0.25)
+
+
+def fuse(dense: Sequence[int], keyword: Sequence[int], weight: float) -> list[int]:
+    """Reciprocal-rank fusion: best first; ties keep the dense order."""
+    score: dict[int, float] = {}
+    for rank, i in enumerate(dense):
+        score[i] = score.get(i, 0.0) + 1.0 / (RRF_K + rank + 1)
+    for rank, i in enumerate(keyword):
+        score[i] = score.get(i, 0.0) + weight / (RRF_K + rank + 1)
+    order = {i: n for n, i in enumerate(dense)}
+    return sorted(score, key=lambda i: (-score[i], order.get(i, len(order))))
+
+
+def _recall(conv: Conversation, question: Question, ids: Sequence[int]) -> float:
+    refs = {conv.fact_refs[i] for i in ids}
+    return sum(e in refs for e in question.evidence) / len(question.evidence)
+
+
+def rankings(conv: Conversation, questions: Sequence[Question]) -> list[dict[str, list[int]]]:
+    """Per question, each configuration's full ranking of the conversation's facts."""
+    import bm25s
+
+    from backend.retrieval.embedder import get_embedder
+
+    embedder = get_embedder()
+    facts = embedder.embed(list(conv.facts))  # [n, 384]
+    queries = embedder.embed([q.text for q in questions])  # [q, 384]
+    dense = np.argsort(-(queries @ facts.T), axis=1, kind="stable")  # [q, n]
+    keyword = bm25s.BM25()
+    keyword.index(bm25s.tokenize(list(conv.facts), stopwords="en", show_progress=False),
+                  show_progress=False)  # fmt: skip
+    tokens = bm25s.tokenize([q.text for q in questions], stopwords="en", show_progress=False)
+    docs, scores = keyword.retrieve(tokens, k=len(conv.facts), show_progress=False)
+    out = []
+    for row in range(len(questions)):
+        d = [int(i) for i in dense[row]]
+        matched = [int(i) for i, s in zip(docs[row], scores[row], strict=True) if s > 0]
+        configs = {"dense": d, "bm25": matched + [i for i in d if i not in set(matched)]}
+        for weight in KEYWORD_WEIGHTS:
+            configs[f"hybrid-rrf-w{weight}"] = fuse(d, matched, weight)
+        out.append(configs)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="inferscale eval recall", description=__doc__)
+    parser.add_argument("--files", nargs="+", help="LoCoMo files or folders (default: the repo's)")
+    parser.add_argument("--ks", default="5,20,50")
+    parser.add_argument("--out", type=Path, default=Path("runs/eval/recall"))
+    args = parser.parse_args(argv)
+    ks = [int(k) for k in args.ks.split(",")]
+    files = locomo_files([Path(f) for f in (args.files or ["data/locomo"])])
+    started = time.perf_counter()
+    got: dict[str, dict[str, list[float]]] = {}  # config@k -> category -> recalls
+    ceiling: dict[str, list[float]] = {}
+    for path in files:
+        for conv in load_conversations(path):
+            questions = [q for q in conv.questions if q.evidence and q.category != 5]
+            everything = range(len(conv.facts))
+            for q in questions:
+                ceiling.setdefault(str(q.category), []).append(_recall(conv, q, everything))
+            for q, configs in zip(questions, rankings(conv, questions), strict=True):
+                for name, ids in configs.items():
+                    for k in ks:
+                        cell = got.setdefault(f"{name}@{k}", {})
+                        cell.setdefault(str(q.category), []).append(_recall(conv, q, ids[:k]))
+
+    def summary(by_category: dict[str, list[float]]) -> dict[str, float | int]:
+        every = [r for rs in by_category.values() for r in rs]
+        row: dict[str, float | int] = {"all": float(np.mean(every)), "n": len(every)}
+        row.update({f"cat{c}": float(np.mean(rs)) for c, rs in sorted(by_category.items())})
+        return row
+
+    result: dict[str, Any] = {
+        "files": [str(f) for f in files],
+        "ceiling": summary(ceiling),
+        "configs": {name: summary(cells) for name, cells in got.items()},
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "recall.json").write_text(json.dumps(result, indent=1) + "\n")
+    cats = [c for c in result["ceiling"] if c.startswith("cat")]
+    lines = [
+        "| config | k | all | " + " | ".join(cats) + " |",
+        "|---|---|---|" + "---|" * len(cats),
+    ]
+    for name, row in result["configs"].items():
+        config, k = name.rsplit("@", 1)
+        lines.append(f"| {config} | {k} | {row['all']:.3f} | "
+                     + " | ".join(f"{row[c]:.3f}" for c in cats) + " |")  # fmt: skip
+    top = result["ceiling"]
+    lines.append(f"| all facts (ceiling) | - | {top['all']:.3f} | "
+                 + " | ".join(f"{top[c]:.3f}" for c in cats) + " |")  # fmt: skip
+    (args.out / "recall.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
