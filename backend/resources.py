@@ -16,6 +16,7 @@ from backend.jobs.pipeline.broker import send_to_broker
 from backend.jobs.pipeline.outbox import Send
 from backend.retrieval.embedder import Embedder, get_embedder
 from backend.retrieval.index import FactIndex
+from backend.retrieval.keyword import KeywordCache
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
 from backend.services.query_embedding import QueryEmbedder
@@ -35,6 +36,8 @@ class Resources:
     def __post_init__(self) -> None:
         # Per-user retrieval indexes, bounded (least recently used users' rebuilt on a miss).
         self.index = FactIndex(EMBEDDING_DIM, max_bytes=self.settings.index_cache_bytes)
+        s = self.settings
+        self.index.keywords = KeywordCache(s.keyword_cache_bytes, s.retrieval_keyword_weight)
 
     @functools.cached_property
     def limiter(self) -> RateLimiter:

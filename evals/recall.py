@@ -3,7 +3,8 @@
 For every question with evidence (category 5, adversarial, has none to find), the share of its
 evidence turns among the facts retrieved: dense (MiniLM + exact inner product, what the
 platform serves), keyword (BM25 over the fact text, ``bm25s``, English stop words), and the two
-fused by reciprocal rank (RRF, k=60) with the keyword side weighted. The ceiling is the recall
+fused by reciprocal rank (RRF, k=60) with the keyword side weighted: the platform's own
+ranking code (``backend/retrieval/keyword.py``). The ceiling is the recall
 of all facts: an evidence turn that no fact is tied to cannot be retrieved by any configuration.
 
     python -m evals recall --ks 5,20,50 --out docs/results/retrieval
@@ -22,19 +23,7 @@ import numpy as np
 
 from evals.dataset import Conversation, Question, load_conversations, locomo_files
 
-RRF_K = 60
 KEYWORD_WEIGHTS = (1.0, 0.5, 0.25)
-
-
-def fuse(dense: Sequence[int], keyword: Sequence[int], weight: float) -> list[int]:
-    """Reciprocal-rank fusion: best first; ties keep the dense order."""
-    score: dict[int, float] = {}
-    for rank, i in enumerate(dense):
-        score[i] = score.get(i, 0.0) + 1.0 / (RRF_K + rank + 1)
-    for rank, i in enumerate(keyword):
-        score[i] = score.get(i, 0.0) + weight / (RRF_K + rank + 1)
-    order = {i: n for n, i in enumerate(dense)}
-    return sorted(score, key=lambda i: (-score[i], order.get(i, len(order))))
 
 
 def _recall(conv: Conversation, question: Question, ids: Sequence[int]) -> float:
@@ -43,24 +32,20 @@ def _recall(conv: Conversation, question: Question, ids: Sequence[int]) -> float
 
 
 def rankings(conv: Conversation, questions: Sequence[Question]) -> list[dict[str, list[int]]]:
-    """Per question, each configuration's full ranking of the conversation's facts."""
-    import bm25s
-
+    """Per question, each configuration's full ranking of the conversation's facts (the
+    platform's own code: ``backend/retrieval/keyword.py``)."""
     from backend.retrieval.embedder import get_embedder
+    from backend.retrieval.keyword import KeywordIndex, fuse
 
     embedder = get_embedder()
     facts = embedder.embed(list(conv.facts))  # [n, 384]
     queries = embedder.embed([q.text for q in questions])  # [q, 384]
     dense = np.argsort(-(queries @ facts.T), axis=1, kind="stable")  # [q, n]
-    keyword = bm25s.BM25()
-    keyword.index(bm25s.tokenize(list(conv.facts), stopwords="en", show_progress=False),
-                  show_progress=False)  # fmt: skip
-    tokens = bm25s.tokenize([q.text for q in questions], stopwords="en", show_progress=False)
-    docs, scores = keyword.retrieve(tokens, k=len(conv.facts), show_progress=False)
+    keyword = KeywordIndex(list(conv.facts))
     out = []
-    for row in range(len(questions)):
+    for row, question in enumerate(questions):
         d = [int(i) for i in dense[row]]
-        matched = [int(i) for i, s in zip(docs[row], scores[row], strict=True) if s > 0]
+        matched = keyword.ranking(question.text)
         configs = {"dense": d, "bm25": matched + [i for i in d if i not in set(matched)]}
         for weight in KEYWORD_WEIGHTS:
             configs[f"hybrid-rrf-w{weight}"] = fuse(d, matched, weight)

@@ -144,6 +144,14 @@ class Settings(BaseSettings):
     query_embedding: Literal["auto", "local", "runtime"] = Field(
         default="auto", validation_alias="INFERSCALE_QUERY_EMBEDDING"
     )
+    # Keyword (BM25) ranking fused with the dense one by reciprocal rank, this weight on the
+    # keyword side (0: dense only). 0.5 measured best on LoCoMo (docs/accuracy.md, "Retrieval").
+    retrieval_keyword_weight: float = Field(
+        default=0.5, ge=0, le=10, validation_alias="INFERSCALE_RETRIEVAL_KEYWORD_WEIGHT"
+    )
+    keyword_cache_bytes: int = Field(
+        default=128 * 1024 * 1024, ge=1 << 20, validation_alias="INFERSCALE_KEYWORD_CACHE_BYTES"
+    )
     index_cache_bytes: int = Field(
         default=512 * 1024 * 1024, ge=1 << 20, validation_alias="INFERSCALE_INDEX_CACHE_BYTES"
     )

@@ -178,6 +178,17 @@ class FactRepository(TenantScoped):
         vectors = np.stack([vector_from(r[1]) for r in rows]) if rows else np.zeros((0, 0))
         return ids, vectors.astype(np.float32)
 
+    def live_texts(self, user: EndUser) -> tuple[list[int], list[str]]:
+        """Row ids and texts of the user's live facts (their keyword index's corpus)."""
+        rows = self.session.execute(
+            select(Fact.id, Fact.text).where(
+                Fact.tenant_id == self.tenant_uuid,
+                Fact.user_id == user.id,
+                Fact.deleted_at.is_(None),
+            )
+        ).all()
+        return [int(r[0]) for r in rows], [str(r[1]) for r in rows]
+
     def update_text(self, fact: Fact, text: str, embedding: np.ndarray) -> Fact:
         old = fact.text
         fact.text = text

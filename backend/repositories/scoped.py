@@ -64,14 +64,18 @@ class ScopedFactRepository(TenantScoped):
 
     def vectors(
         self, condition: Condition, limit: int
-    ) -> tuple[list[int], npt.NDArray[np.float32]]:
-        """Row ids and embeddings of at most ``limit`` matching facts."""
+    ) -> tuple[list[int], list[str], npt.NDArray[np.float32]]:
+        """Row ids, texts and embeddings of at most ``limit`` matching facts."""
         rows = self.session.execute(
-            self._select(Fact.id, Fact.embedding).where(condition).order_by(Fact.id).limit(limit)
+            self._select(Fact.id, Fact.text, Fact.embedding)
+            .where(condition)
+            .order_by(Fact.id)
+            .limit(limit)
         ).all()
         if not rows:
-            return [], np.zeros((0, 0), dtype=np.float32)
-        return [int(r[0]) for r in rows], np.stack([vector_from(r[1]) for r in rows])
+            return [], [], np.zeros((0, 0), dtype=np.float32)
+        vectors = np.stack([vector_from(r[2]) for r in rows])
+        return [int(r[0]) for r in rows], [str(r[1]) for r in rows], vectors
 
     def by_rows(self, row_ids: list[int]) -> list[OwnedFact]:
         """In the order asked."""

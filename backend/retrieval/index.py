@@ -19,13 +19,16 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import faiss
 import numpy as np
 import numpy.typing as npt
 
 from gpu_runtime.types import TenantId
+
+if TYPE_CHECKING:
+    from backend.retrieval.keyword import KeywordCache
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # Vectors must be unit length for inner product to be cosine; this absorbs float32 rounding only.
@@ -95,6 +98,8 @@ class FactIndex:
             use_gpu = gpu_available()
         elif use_gpu and not gpu_available():
             raise RuntimeError("use_gpu=True but this FAISS build has no GPU support or no GPU")
+        # Users' keyword indexes beside these (set by whoever fuses rankings): dropped with them.
+        self.keywords: KeywordCache | None = None
         self._gpu_device = gpu_device
         self._gpu_res: Any = None
         if use_gpu:
@@ -220,7 +225,9 @@ class FactIndex:
             entry = self._entries.pop(key, None)
             if entry is not None:
                 self.held_bytes -= entry.bytes
-            return entry is not None
+        if self.keywords is not None:
+            self.keywords.drop_user(key)
+        return entry is not None
 
     def drop_tenant(self, tenant: TenantId) -> int:
         """Forget every index of one tenant; returns how many users' indexes were dropped."""
@@ -228,7 +235,9 @@ class FactIndex:
             doomed = [key for key in self._entries if key.tenant == tenant]
             for key in doomed:
                 self.held_bytes -= self._entries.pop(key).bytes
-            return len(doomed)
+        if self.keywords is not None:
+            self.keywords.drop_tenant(tenant)
+        return len(doomed)
 
     # -- reads ----------------------------------------------------------------------------------
 

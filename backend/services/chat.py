@@ -166,7 +166,9 @@ class ChatService:
                 clock.lap("embed")  # what of the embedding the lookups did not hide
                 return embedded
 
-            hits = MemoryService(self.ctx).search_when_ready(request.user, vector, request.top_k)
+            hits = MemoryService(self.ctx).search_when_ready(
+                request.user, vector, request.top_k, query
+            )
             for hit in hits:
                 facts.append(FactText(fact_key(self.ctx.tenant, hit.fact, config), hit.fact.text))
                 memories.append(str(hit.fact.public_id))

@@ -23,12 +23,14 @@ from backend.jobs.pipeline.tasks import TaskName
 from backend.repositories.jobs import JobRepository
 from backend.repositories.memories import FactScope
 from backend.repositories.scoped import SCOPE_OWNER, OwnedFact, ScopedFactRepository
+from backend.retrieval.keyword import KeywordIndex, fuse
 from backend.services.context import TenantContext
 from backend.services.conversations import ConversationService
 from backend.services.mem0_filters import ENTITY_FIELDS, compile_filter, mentions_entity
 from backend.services.memories import MemoryService
 
 SEARCH_CANDIDATES = 50_000  # facts one filtered search may score; beyond, narrow the filter
+KEYWORD_POOL = 2_000  # of them, how many (best by cosine) the keyword ranking reorders
 DELETE_BATCH = 500
 
 
@@ -155,16 +157,28 @@ class Mem0Service:
         self, query: str, filters: dict[str, Any], top_k: int, threshold: float
     ) -> list[tuple[OwnedFact, float]]:
         condition = self._scoped_filter(filters)
-        rows, vectors = self.scoped.vectors(condition, SEARCH_CANDIDATES + 1)
+        pending = self.ctx.queries.submit(self.ctx.tenant, query)  # while the rows load
+        rows, texts, vectors = self.scoped.vectors(condition, SEARCH_CANDIDATES + 1)
         if len(rows) > SEARCH_CANDIDATES:
             raise BadRequestError(
                 f"the filter matches over {SEARCH_CANDIDATES} memories; narrow it"
             )
         if not rows:
             return []
-        scores = vectors @ self.ctx.queries.embed(self.ctx.tenant, query)
-        order = [int(i) for i in np.argsort(-scores, kind="stable")[:top_k]
-                 if scores[i] >= threshold]  # fmt: skip
+        keywords = self.ctx.index.keywords
+        weight = keywords.weight if keywords is not None else 0.0
+        scores = vectors @ pending.result()  # [candidates]: cosine, what the threshold is on
+        dense = [int(i) for i in np.argsort(-scores, kind="stable")]
+        # The keyword side ranks the dense ranking's head only: an index over 50,000 texts
+        # would cost ~1 s a search (a user's few hundred facts fit whole).
+        pool = dense[:KEYWORD_POOL]
+        matched = (
+            [pool[i] for i in KeywordIndex([texts[j] for j in pool]).ranking(query)]
+            if weight > 0
+            else []
+        )
+        order = [i for i in fuse(dense, matched, weight)
+                 if scores[i] >= threshold][:top_k]  # fmt: skip
         found = self.scoped.by_rows([rows[i] for i in order])
         return [(owned, float(scores[i])) for owned, i in zip(found, order, strict=True)]
 

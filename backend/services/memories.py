@@ -20,6 +20,7 @@ from backend.repositories.jobs import JobRepository
 from backend.repositories.memories import FactRepository, FactScope, UserRepository, vector_from
 from backend.repositories.requests import IdempotencyRepository
 from backend.retrieval.index import IndexKey
+from backend.retrieval.keyword import KeywordCache, fuse
 from backend.services.context import TenantContext
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
@@ -128,7 +129,25 @@ class MemoryService:
 
     def search(self, user_external_id: str, query: str, top_k: int) -> list[SearchHit]:
         pending = self.ctx.queries.submit(self.ctx.tenant, query)
-        return self.search_when_ready(user_external_id, pending.result, top_k)
+        return self.search_when_ready(user_external_id, pending.result, top_k, query)
+
+    def _fused(
+        self,
+        user: EndUser,
+        key: IndexKey,
+        vector: npt.NDArray[np.float32],
+        query: str,
+        top_k: int,
+        keywords: KeywordCache,
+    ) -> list[tuple[int, float]]:
+        """(fact row id, cosine) best first by the fused ranking: every fact's cosine, the
+        keyword ranking of the index at the same revision."""
+        dense = self.ctx.index.search(key, vector, max(1, self.ctx.index.size(key)))
+        cosine = dict(dense)
+        ids, index = keywords.get(key, user.memory_revision, lambda: self.facts.live_texts(user))
+        matched = [ids[i] for i in index.ranking(query) if ids[i] in cosine]
+        order = fuse([fact_id for fact_id, _ in dense], matched, keywords.weight)
+        return [(fact_id, cosine[fact_id]) for fact_id in order[:top_k]]
 
     def search_vector(
         self, user_external_id: str, vector: npt.NDArray[np.float32], top_k: int
@@ -141,14 +160,20 @@ class MemoryService:
         user_external_id: str,
         vector_of: Callable[[], npt.NDArray[np.float32]],
         top_k: int,
+        query: str | None = None,
     ) -> list[SearchHit]:
         """``search_vector`` with the query's vector asked for only once the user's index is
-        ready: its embedding (on the runtime, or in another thread) overlaps the lookups."""
+        ready: its embedding (on the runtime, or in another thread) overlaps the lookups. With
+        the ``query``'s text the dense ranking is fused with the keyword one (``keyword.py``)."""
         user = self.users.get(user_external_id)
         if user is None:
             return []
         key = self._ensure_index(user)
-        hits = self.ctx.index.search(key, vector_of(), top_k)
+        keywords = self.ctx.index.keywords
+        if query is None or keywords is None or keywords.weight <= 0:
+            hits = self.ctx.index.search(key, vector_of(), top_k)
+        else:
+            hits = self._fused(user, key, vector_of(), query, top_k, keywords)
         facts = {f.id: f for f in self.facts.many_by_row([row_id for row_id, _ in hits])}
         # Only live facts of this tenant and user come back, whatever the index holds.
         return [

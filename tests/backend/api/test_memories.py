@@ -216,3 +216,34 @@ def test_an_evicted_users_index_is_rebuilt_on_its_next_search(
         assert "Rex" in top("ann", "what is my dog called?")
     finally:
         resources.index = saved
+
+
+def test_search_serves_the_dense_ranking_fused_with_the_keyword_one(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    """The served order is MiniLM's ranking fused with BM25's (backend/retrieval/keyword.py),
+    recomputed here from its parts; the keyword side moves a fact up that dense ranks 4th."""
+    import numpy as np
+
+    from backend.retrieval.embedder import get_embedder
+    from backend.retrieval.keyword import KeywordIndex, fuse
+
+    tenant, user = make_tenant(), "fused"
+    texts = [*DISTRACTORS, "On 8 May 2023 the user visited Porto for a conference.",
+             "Bolt was sick on Tuesday, so the user stayed home."]  # fmt: skip
+    for text in texts:
+        _add(api, tenant, user, text)
+    query = "Anything about Toronto last year?"
+    served = api.post(
+        "/v1/memories/search",
+        json={"user_id": user, "query": query, "top_k": len(texts)},
+        headers=tenant.headers,
+    ).json()["results"]
+
+    embedder = get_embedder()
+    cosine = embedder.embed(texts) @ embedder.embed([query])[0]
+    dense = [int(i) for i in np.argsort(-cosine, kind="stable")]
+    fused = fuse(dense, KeywordIndex(texts).ranking(query), 0.5)
+    assert [r["memory"] for r in served] == [texts[i] for i in fused]
+    assert fused != dense  # "last year" lifted Melanie's painting: the keyword side is served
+    assert [round(r["score"], 4) for r in served] == [round(float(cosine[i]), 4) for i in fused]

@@ -1,0 +1,83 @@
+"""Keyword ranking (BM25 via bm25s), rank fusion, and the bounded per-user keyword cache."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.retrieval.index import FactIndex, IndexKey
+from backend.retrieval.keyword import KeywordCache, KeywordIndex, fuse
+from gpu_runtime.types import TenantId
+
+pytestmark = pytest.mark.unit
+
+TEXTS = [
+    "Caroline adopted a golden retriever named Max",
+    "Melanie went camping in the mountains",
+    "On 8 May 2023 Caroline visited Porto",
+    "the and of",  # stop words only
+]
+
+
+def test_ranking_finds_the_shared_rare_words_best_first() -> None:
+    ranking = KeywordIndex(TEXTS).ranking("When was Caroline in Porto?")
+
+    assert ranking[0] == 2  # Caroline and Porto
+    assert set(ranking) == {0, 2}  # only texts sharing a word; never the stop words
+
+
+def test_nothing_to_match_gives_an_empty_ranking() -> None:
+    assert KeywordIndex([]).ranking("Porto") == []
+    assert KeywordIndex(["the and of"]).ranking("Porto") == []
+    assert KeywordIndex(TEXTS).ranking("the of") == []
+
+
+def test_fusion_lifts_a_keyword_match_and_keeps_every_dense_item() -> None:
+    dense = [0, 1, 2, 3, 4]
+    assert fuse(dense, [4], 0.0) == dense
+    assert fuse(dense, [], 0.5) == dense
+    fused = fuse(dense, [4, 3], 1.0)
+    assert sorted(fused) == dense
+    assert fused.index(4) < dense.index(4)  # lifted
+    assert fused[:3] == [4, 3, 0]  # at weight 1 both keyword matches beat the 1st dense alone
+
+
+def test_the_cache_reloads_on_a_new_revision_and_stays_under_its_bytes() -> None:
+    loads: list[str] = []
+
+    def load(user: str) -> tuple[list[int], list[str]]:
+        loads.append(user)
+        return [1, 2], [f"{user} lives in Porto", f"{user} owns a boat"]
+
+    one = KeywordIndex(["x lives in Porto", "x owns a boat"]).nbytes
+    cache = KeywordCache(max_bytes=int(one * 2.5), weight=0.5)
+    a, b, c = (IndexKey(TenantId("t"), u) for u in ("ann", "bob", "cyd"))
+    cache.get(a, 1, lambda: load("ann"))
+    cache.get(a, 1, lambda: load("ann"))
+    assert loads == ["ann"]
+    cache.get(a, 2, lambda: load("ann"))  # the user's memories changed
+    assert loads == ["ann", "ann"]
+    cache.get(b, 1, lambda: load("bob"))
+    cache.get(c, 1, lambda: load("cyd"))  # over the budget: ann, least recent, goes
+    assert cache.held_bytes <= cache.max_bytes
+    cache.get(a, 2, lambda: load("ann"))
+    assert loads[-1] == "ann" and len(loads) == 5
+
+
+def test_dropping_a_tenant_from_the_dense_indexes_drops_its_keyword_indexes() -> None:
+    index = FactIndex(384, use_gpu=False)
+    index.keywords = KeywordCache(1 << 20, 0.5)
+    mine, theirs = IndexKey(TenantId("gone"), "u"), IndexKey(TenantId("stays"), "u")
+    for key in (mine, theirs):
+        index.keywords.get(key, 1, lambda: ([1], ["secret boat name Zorba"]))
+
+    index.drop_tenant(TenantId("gone"))
+
+    reloaded: list[IndexKey] = []
+
+    def load(key: IndexKey) -> tuple[list[int], list[str]]:
+        reloaded.append(key)
+        return [1], ["x"]
+
+    index.keywords.get(theirs, 1, lambda: load(theirs))
+    index.keywords.get(mine, 1, lambda: load(mine))
+    assert reloaded == [mine]  # only the dropped tenant's had to be loaded again
