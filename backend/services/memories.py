@@ -245,6 +245,8 @@ class MemoryService:
         key = IndexKey(self.ctx.tenant, user.external_id)
         before = user.memory_revision
         revision = self.users.bump_revision(user)
+        if self.ctx.index.keywords is not None:  # stale now: its texts may hold a deleted fact
+            self.ctx.index.keywords.drop_user(key)
         # Kept incrementally only if the index held was current (else, or if it was evicted
         # meanwhile, it is rebuilt from Postgres on the next search).
         self.ctx.index.apply_if_current(
