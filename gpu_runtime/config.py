@@ -104,6 +104,13 @@ class RuntimeSettings(BaseSettings):
     # serves them on GPUs, where a query takes ~1 ms instead of the API's CPU pass; off on CPUs,
     # where the engine owns the cores. "on" fails the start if the model cannot load.
     query_embedder: Literal["auto", "on", "off"] = "auto"
+    # The fidelity canary at start (gpu_runtime/canary.py): on a fixed probe the first token's
+    # top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree on the
+    # greedy token), else kv and hybrid requests are served as prompt mode. None: no canary.
+    canary_max_divergence_nats: float | None = Field(default=0.5, gt=0)
+    # Tests only, refused in prod: injected keys rotated this many positions off (the canary's
+    # negative control).
+    fault_rotation_offset: int = 0
     # ---- the KV pools ----
     gpu_pool_bytes: int = 1 << 30  # tiered KV pool: GPU slab arena (plain memory on CPU)
     host_pool_bytes: int = 4 << 30  # pinned host DRAM behind it; disk holds everything
@@ -126,6 +133,12 @@ class RuntimeSettings(BaseSettings):
                 f"refusing to listen on {host} with a placeholder INFERSCALE_SERVICE_TOKEN: set "
                 "one (or INFERSCALE_SECRETS_DIR), or listen on 127.0.0.1"
             )
+
+    @model_validator(mode="after")
+    def _refuse_faults_in_prod(self) -> RuntimeSettings:
+        if self.environment == "prod" and self.fault_rotation_offset:
+            raise ValueError("INFERSCALE_FAULT_ROTATION_OFFSET is for tests; refused in prod")
+        return self
 
     @model_validator(mode="after")
     def _refuse_placeholder_token(self) -> RuntimeSettings:

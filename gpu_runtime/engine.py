@@ -42,6 +42,7 @@ def connector_options(settings: RuntimeSettings) -> ConnectorOptions:
         slab_bytes=settings.pool_slab_bytes,
         tenant_gpu_quota_bytes=settings.tenant_gpu_quota_bytes,
         scrub_blocks=settings.scrub_injected_blocks,
+        fault_rotation_offset=settings.fault_rotation_offset,
         fact_kv_dtype=settings.fact_kv_dtype,
         exit_with_parent=os.getpid(),
     )

@@ -13,6 +13,7 @@ KV (the connector's capture), batched by vLLM with whatever else is running.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import time
@@ -62,6 +63,8 @@ class InjectionRuntime:
         self._hints: HintSender | None = None
         # Tenants' fair turns at the engine: ``engine_slots`` at once while they contend.
         self.gate = FairGate(settings.resolved_engine_slots, wide=settings.max_num_seqs)
+        # Why injection is off (the fidelity canary failed): kv requests are prefilled instead.
+        self.injection_off: str | None = None
         self.workers: list[dict[str, Any]] = []  # each rank, as it describes itself
 
     @classmethod
@@ -95,6 +98,9 @@ class InjectionRuntime:
     async def generate(self, request: Generation) -> AsyncIterator[Delta | Finish]:
         """Streams ``Delta`` s, then one ``Finish``."""
         received = time.perf_counter()
+        if request.mode is Mode.KV and self.injection_off is not None:
+            # The fidelity canary failed: the same tokens, prefilled (exact, only slower).
+            request = dataclasses.replace(request, mode=Mode.PROMPT, segment=None)
         tenant, sampling = request.tenant, request.sampling
         if len(request.token_ids) + sampling.max_tokens > self.max_model_len:
             raise PromptTooLongError(

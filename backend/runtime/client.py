@@ -161,6 +161,8 @@ class EngineClient:
                 runtime_id=model.runtime_id, model=model.model, dtype=model.dtype,
                 max_model_len=model.max_model_len, block_size=model.block_size,
                 workers=model.workers, pools=stats.workers,
+                injection=(model.fidelity or {}).get("injection", "on"),
+                fidelity=model.fidelity,
             )  # fmt: skip
         return views
 

@@ -35,8 +35,16 @@ def _replicas(status: dict[str, Any], tenants: list[dict[str, Any]]) -> None:
     served = pd.Series([t.get("replica") for t in tenants], dtype=object).value_counts()
     rows = [{"replica": r["url"], "status": r["status"], "since": r["since"],
              "tenants": int(served.get(r["url"], 0)), "model": r.get("model", ""),
-             "error": r["error"]} for r in replicas]  # fmt: skip
+             "injection": r.get("injection", ""), "error": r["error"]}
+            for r in replicas]  # fmt: skip
     st.dataframe(pd.DataFrame(rows), hide_index=True)
+    for replica in replicas:  # the fidelity canary failed there: kv is served as prompt mode
+        fidelity = replica.get("fidelity") or {}
+        if fidelity.get("injection") == "off":
+            st.error(
+                f"Injection is off on {replica['url']}: {fidelity.get('reason')}. Its kv and "
+                "hybrid chats are prefilled as prompt mode (slower; the answers are exact)."
+            )
 
 
 def _pools(status: dict[str, Any]) -> None:

@@ -31,7 +31,8 @@ client of an older revision is still served):
   ``max_tokens`` cuts it, which ``finish_reason: "length"`` says), ``presence_penalty`` and
   ``frequency_penalty``. Logprobs ride on ``delta`` events since revision 1.
 * 3: ``POST /v1/embed`` (query embeddings on the runtime's device) and
-  ``ModelInfo.query_embedder`` (the embedding model's name, ``None`` when not served).
+  ``ModelInfo.query_embedder`` (the embedding model's name, ``None`` when not served);
+  ``ModelInfo.fidelity`` and ``/readyz``'s ``fidelity``: the start-up canary's verdict.
 
 Errors: ``{"error": {"code", "message"}}`` with 400 (``prompt_too_long``, ``invalid_request``),
 401 (``unauthorized``), 422 (``invalid_request``), 503 (``not_ready``, ``engine_dead``).
@@ -214,6 +215,9 @@ class ModelInfo(BaseModel):
     workers: list[dict[str, Any]]  # per worker rank: device, layers, KV shape, fused kernel
     protocol_revision: int = 1  # what this runtime speaks (absent before revision 2)
     query_embedder: str | None = None  # POST /v1/embed's model, when this runtime serves it
+    # The fidelity canary (revision 3): {"injection": "on"|"off", "reason", "canary": {...}};
+    # injection off means kv and hybrid requests are served as prompt mode.
+    fidelity: dict[str, Any] | None = None
 
 
 class EmbedRequest(_Body):

@@ -21,6 +21,7 @@ class ConnectorOptions:
     slab_bytes: int = 1 << 18
     tenant_gpu_quota_bytes: int | None = None
     scrub_blocks: bool = False  # tests: fill injected blocks with garbage before writing
+    fault_rotation_offset: int = 0  # tests: injected keys rotated this many positions off
     fact_kv_dtype: str = "auto"  # how facts are stored: "auto" (as captured) or "fp8_e4m3"
     fused: bool | None = None  # None: the fused kernel on CUDA; True also on CPU (interpreter)
     exit_with_parent: int | None = None  # pid: the engine core exits when that process is gone

@@ -58,10 +58,19 @@ class _Tracked:
 
 
 class SchedulerHalf:
-    def __init__(self, block_size: int, available: AvailabilityCheck, scrub: bool = False) -> None:
+    def __init__(
+        self,
+        block_size: int,
+        available: AvailabilityCheck,
+        scrub: bool = False,
+        rotation_fault: int = 0,
+    ) -> None:
         self.block_size = block_size
         self._available = available
         self._scrub = scrub
+        # Tests only (INFERSCALE_FAULT_ROTATION_OFFSET): a broken re-rotation, for the fidelity
+        # canary to catch. The pieces' positions only set where keys are rotated to.
+        self._rotation_fault = rotation_fault
         self._requests: dict[str, _Tracked] = {}
 
     def num_new_matched_tokens(
@@ -133,7 +142,8 @@ class SchedulerHalf:
         for span in segment.spans:
             lo, hi = max(span.start, start), min(span.end, end)
             if lo < hi:
-                pieces.append(LoadPiece(span.key, lo - span.start, hi - lo, lo))
+                position = lo + self._rotation_fault
+                pieces.append(LoadPiece(span.key, lo - span.start, hi - lo, position))
         scrub: tuple[int, ...] = ()
         if self._scrub:
             scrub = tuple(

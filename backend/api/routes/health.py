@@ -36,7 +36,11 @@ def readyz(resources: ResourcesDep) -> JSONResponse:
         checks["broker"] = f"down: {type(exc).__name__}"
     checks["runtime"] = "ok" if resources.engine.ready() else "down"
     ready = all(state == "ok" for state in checks.values())
-    served = {"model": resources.engine.model().model} if checks["runtime"] == "ok" else {}
+    served: dict[str, object] = {}
+    if checks["runtime"] == "ok":
+        model = resources.engine.model()
+        # Ready either way: a runtime whose fidelity canary failed serves kv as prompt mode.
+        served = {"model": model.model, "fidelity": model.fidelity}
     return JSONResponse(
         {"status": "ready" if ready else "not ready", "checks": checks, **served},
         status_code=200 if ready else 503,
