@@ -1,6 +1,6 @@
 """``python -m bench`` (also ``inferscale bench``): ``serve`` (through a running API),
-``fairness`` (the noisy-neighbour benchmark), ``capacity`` (the pool's capacity model),
-anything else the runtime benchmarks' own parser."""
+``fairness`` (the noisy-neighbour benchmark), ``canary`` (the fidelity canary's margin),
+``capacity`` (the pool's capacity model), anything else the runtime benchmarks' own parser."""
 
 from __future__ import annotations
 
@@ -17,6 +17,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.serve.fairness_cli import main as fairness
 
         return fairness(given[1:])
+    if given[:1] == ["canary"]:
+        from bench.runtime.canary_margin import main as canary
+
+        return canary(given[1:])
     if given[:1] == ["capacity"]:
         from bench.capacity.__main__ import main as capacity
 

@@ -117,6 +117,11 @@ class Settings(BaseSettings):
     hybrid_recompute: int = Field(
         default=2, ge=0, le=200, validation_alias="INFERSCALE_HYBRID_RECOMPUTE"
     )
+    # Hybrid injection by a budget in tokens instead (the most relevant facts prefilled while
+    # they fit): what a prefill costs is tokens, not facts. None: the count above.
+    hybrid_recompute_tokens: int | None = Field(
+        default=None, ge=0, le=32768, validation_alias="INFERSCALE_HYBRID_RECOMPUTE_TOKENS"
+    )
 
     # Each tenant's limits unless its row says otherwise (0: no limit), counted in Redis so they
     # hold across API processes and hosts: requests and tokens (prompt + completion) per window,

@@ -44,6 +44,7 @@ class ChatRequest:
     mode: MemoryMode = MemoryMode.KV
     top_k: int = 5
     recompute: int = 0  # hybrid mode: how many of the most relevant facts are prefilled as text
+    recompute_tokens: int | None = None  # hybrid mode: instead, a budget in tokens for them
     sampling: p.SamplingModel = field(default_factory=p.SamplingModel)
     max_tokens_given: bool = True  # else sampling.max_tokens is a default, cut to the room left
     weight: float = 1.0  # the tenant's share of the engine (the runtime's fair gate)
@@ -105,13 +106,25 @@ class ChatRun:
 INJECTING = (MemoryMode.KV, MemoryMode.HYBRID)
 
 
-def injected_count(request: ChatRequest, k: int) -> int:
-    """How many of the k facts (ordered least to most relevant) are injected as KV."""
+def injected_count(request: ChatRequest, lengths: list[int]) -> int:
+    """How many of the facts (their token lengths, least to most relevant) are injected as KV:
+    all in kv mode; in hybrid mode all but the ``recompute`` most relevant, or but the most
+    relevant that fit ``recompute_tokens`` together."""
+    k = len(lengths)
     if request.mode is MemoryMode.KV:
         return k
-    if request.mode is MemoryMode.HYBRID:
+    if request.mode is not MemoryMode.HYBRID:
+        return 0
+    if request.recompute_tokens is None:
         return max(0, k - request.recompute)
-    return 0
+    spent = 0
+    prefilled = 0
+    for length in reversed(lengths):  # most relevant first
+        if spent + length > request.recompute_tokens:
+            break
+        spent += length
+        prefilled += 1
+    return k - prefilled
 
 
 def split_messages(
@@ -176,11 +189,13 @@ class ChatService:
         # Least to most relevant, in every mode: the most relevant sit nearest the query, and in
         # hybrid mode they are the ones prefilled after the injected rest.
         facts.reverse()  # (``memories``, the response's list, stays best first)
-        injected = injected_count(request, len(facts))
+        composer = engine.composer()
+        lengths = [composer.fact_length(self.ctx.tenant, f.text) for f in facts]
+        injected = injected_count(request, lengths)
         if injected and request.mode in INJECTING:
             # Host-tier facts start moving to the GPU tier while we compose and send.
             engine.prefetch(self.ctx.tenant, [f.key for f in facts[:injected]])
-        prompt = engine.composer().compose(
+        prompt = composer.compose(
             self.ctx.tenant, config, facts, history, query, system, injected=injected
         )
         request = fit_context(request, len(prompt.token_ids), engine.model().max_model_len)

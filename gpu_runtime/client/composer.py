@@ -80,6 +80,10 @@ class PromptComposer:
     def fact_tokens(self, text: str) -> tuple[int, ...]:
         return self.tokens(f"- {text.strip()}\n")
 
+    def fact_length(self, tenant: TenantId, text: str) -> int:
+        """Tokens the fact takes in a composed prompt (the tenant's cached tokenization)."""
+        return len(self._tenant_fact_tokens(tenant.value, text))
+
     def _split(self, system: str, messages: Sequence[tuple[str, str]]) -> tuple[str, str]:
         """The rendered conversation before and after the facts' place in the system message."""
         rendered = self.template.render(

@@ -79,12 +79,16 @@ async def chat_completions(
 ) -> Any:
     openai_compat.refuse_unsupported(body)
     recompute = body.memory.recompute
+    budget = body.memory.recompute_tokens
+    if budget is None and recompute is None:
+        budget = settings.hybrid_recompute_tokens
     request = ChatRequest(
         messages=[(m.role, m.text()) for m in body.messages],
         user=body.user,
         mode=MemoryMode(body.memory.mode),
         top_k=body.memory.top_k,
         recompute=settings.hybrid_recompute if recompute is None else recompute,
+        recompute_tokens=budget,
         weight=admission.weight,
         max_tokens_given=(body.max_completion_tokens or body.max_tokens) is not None,
         sampling=openai_compat.sampling(body),

@@ -44,6 +44,14 @@ class MemoryOptions(BaseModel):
         description="hybrid mode: how many of the most relevant facts are prefilled "
         "(default: the server's INFERSCALE_HYBRID_RECOMPUTE)",
     )
+    recompute_tokens: int | None = Field(
+        None,
+        ge=0,
+        le=32768,
+        description="hybrid mode, instead of `recompute`: prefill the most relevant facts while "
+        "their tokens fit this budget (default: the server's INFERSCALE_HYBRID_RECOMPUTE_TOKENS "
+        "when set and `recompute` is not given)",
+    )
 
 
 class JsonSchemaFormat(BaseModel):

@@ -99,6 +99,29 @@ def test_the_default_memory_mode_is_hybrid(
     assert 0 < extension["injected_tokens"] < kv["injected_tokens"] + kv["cached_tokens"]
 
 
+def test_a_hybrid_budget_in_tokens_prefills_more_as_it_grows(
+    served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
+) -> None:
+    """``memory.recompute_tokens``: no budget injects every fact (as kv), one larger than all
+    three facts prefills them all (only the preamble is injected); the answer stays right."""
+    http, _ = served
+    sdk = _sdk(http, tenant_with_memory)
+
+    def ask(budget: int) -> tuple[str, int]:
+        completion = sdk.chat.completions.create(
+            model="inferscale", user="alice", max_tokens=24, temperature=0,
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"memory": {"top_k": 5, "mode": "hybrid", "recompute_tokens": budget}},
+        )  # fmt: skip
+        extension = completion.model_extra["inferscale"]  # type: ignore[index]
+        return completion.choices[0].message.content or "", int(extension["injected_tokens"])
+
+    none_text, none_prefilled = ask(0)
+    all_text, all_prefilled = ask(4096)
+    assert "4417" in none_text and "4417" in all_text
+    assert 0 < all_prefilled < none_prefilled  # the preamble only, against every fact
+
+
 def test_sdk_streaming_matches_non_streaming(
     served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
 ) -> None:

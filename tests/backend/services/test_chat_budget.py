@@ -1,0 +1,39 @@
+"""Hybrid injection's split: a count of facts, or a budget in tokens for the most relevant."""
+
+from __future__ import annotations
+
+import pytest
+
+from backend.services.chat import ChatRequest, MemoryMode, injected_count
+
+pytestmark = pytest.mark.unit
+
+LENGTHS = [12, 30, 9, 20]  # least to most relevant
+
+
+def _request(mode: MemoryMode, recompute: int = 0, tokens: int | None = None) -> ChatRequest:
+    return ChatRequest([("user", "q")], "u", mode, recompute=recompute, recompute_tokens=tokens)
+
+
+def test_kv_injects_all_and_prompt_none() -> None:
+    assert injected_count(_request(MemoryMode.KV, recompute=2, tokens=0), LENGTHS) == 4
+    assert injected_count(_request(MemoryMode.PROMPT), LENGTHS) == 0
+    assert injected_count(_request(MemoryMode.NONE), LENGTHS) == 0
+
+
+def test_a_count_prefills_the_most_relevant() -> None:
+    assert injected_count(_request(MemoryMode.HYBRID, recompute=2), LENGTHS) == 2
+    assert injected_count(_request(MemoryMode.HYBRID, recompute=9), LENGTHS) == 0
+
+
+@pytest.mark.parametrize(
+    ("budget", "injected"),
+    [(0, 4), (19, 4), (20, 3), (28, 3), (29, 2), (58, 2), (59, 1), (71, 0), (10_000, 0)],
+)
+def test_a_token_budget_prefills_the_most_relevant_that_fit(budget: int, injected: int) -> None:
+    assert injected_count(_request(MemoryMode.HYBRID, tokens=budget), LENGTHS) == injected
+
+
+def test_the_budget_stops_at_the_first_fact_that_does_not_fit() -> None:
+    # 20 fits, then 9 would fit a budget of 30 but 30 (the next) does not: relevance order holds
+    assert injected_count(_request(MemoryMode.HYBRID, tokens=30), LENGTHS) == 2
