@@ -28,6 +28,10 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def main(argv: list[str] | None = None) -> int:
     given = list(sys.argv[1:] if argv is None else argv)
+    if given[:1] == ["extraction"]:  # infer=true's extraction against LoCoMo's observations
+        from evals.extraction import main as extraction
+
+        return extraction(given[1:])
     if given[:1] == ["recall"]:  # retrieval configurations' evidence recall, no model
         from evals.recall import main as recall
 

@@ -104,9 +104,9 @@ class RuntimeSettings(BaseSettings):
     # serves them on GPUs, where a query takes ~1 ms instead of the API's CPU pass; off on CPUs,
     # where the engine owns the cores. "on" fails the start if the model cannot load.
     query_embedder: Literal["auto", "on", "off"] = "auto"
-    # The fidelity canary at start (gpu_runtime/canary.py): on a fixed probe the first token's
-    # top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree on the
-    # greedy token), else kv and hybrid requests are served as prompt mode. None: no canary.
+    # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
+    # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree
+    # on the greedy token), else kv and hybrid requests are served as prompt mode. None: none.
     canary_max_divergence_nats: float | None = Field(default=0.5, gt=0)
     # Tests only, refused in prod: injected keys rotated this many positions off (the canary's
     # negative control).

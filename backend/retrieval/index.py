@@ -19,16 +19,17 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import faiss
 import numpy as np
 import numpy.typing as npt
 
+from backend.retrieval.keys import IndexKey
+from backend.retrieval.keyword import KeywordCache
 from gpu_runtime.types import TenantId
 
-if TYPE_CHECKING:
-    from backend.retrieval.keyword import KeywordCache
+__all__ = ["FactIndex", "IndexKey", "gpu_available"]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # Vectors must be unit length for inner product to be cosine; this absorbs float32 rounding only.
@@ -39,18 +40,6 @@ _GPU_TEMP_MEMORY_BYTES = 64 * 1024 * 1024
 # What one indexed fact costs beyond its vector (its id, the reverse map), and one index.
 _PER_FACT_OVERHEAD = 64
 _PER_INDEX_OVERHEAD = 1024
-
-
-@dataclass(frozen=True)
-class IndexKey:
-    """Whose index: an end-user of one tenant. Two tenants may both have a user "alice"."""
-
-    tenant: TenantId
-    user_id: str
-
-    def __post_init__(self) -> None:
-        if not self.user_id:
-            raise ValueError("user id must be non-empty")
 
 
 @dataclass

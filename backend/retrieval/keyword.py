@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 import bm25s
 import numpy as np
 
-from backend.retrieval.index import IndexKey
+from backend.retrieval.keys import IndexKey
 from gpu_runtime.types import TenantId
 
 RRF_K = 60  # reciprocal-rank fusion's constant (Cormack et al.): 1 / (60 + rank)

@@ -13,12 +13,12 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpu_runtime.canary import run_canary
 from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
 from gpu_runtime.config import RuntimeSettings, cuda_available
 from gpu_runtime.query_embedder import QueryEmbedder
 from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server.assets import load_assets
+from gpu_runtime.server.canary import run_canary
 from gpu_runtime.server.errors import install_error_handlers
 from gpu_runtime.server.routes import api, probes
 from gpu_runtime.server.state import ServerState
@@ -64,8 +64,8 @@ async def _start_engine(state: ServerState) -> None:
 
 
 async def _fidelity_canary(state: ServerState, runtime: InjectionRuntime) -> None:
-    """Injected KV against prompt mode on the served model (gpu_runtime/canary.py); a failure,
-    or a canary that cannot run, turns injection off: requests are served, as prompt mode."""
+    """Injected KV against prompt mode on the served model (``canary.py``); a failure, or a
+    canary that cannot run, turns injection off: requests are served, as prompt mode."""
     threshold = state.settings.canary_max_divergence_nats
     if threshold is None:
         return

@@ -8,11 +8,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpu_runtime.canary import CanaryResult
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.query_embedder import QueryEmbedder
 from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server.assets import TokenizerAssets
+from gpu_runtime.server.canary import CanaryResult
 
 
 @dataclass
