@@ -166,27 +166,25 @@ class FactRepository(TenantScoped):
         )
         return {int(r) for r in rows if r is not None}
 
-    def live_vectors(self, user: EndUser) -> tuple[list[int], np.ndarray]:
-        rows = self.session.execute(
-            select(Fact.id, Fact.embedding).where(
+    def _live_of(self, user: EndUser, *columns: Any) -> Sequence[Any]:
+        """Those columns of the user's live facts."""
+        return self.session.execute(
+            select(*columns).where(
                 Fact.tenant_id == self.tenant_uuid,
                 Fact.user_id == user.id,
                 Fact.deleted_at.is_(None),
             )
         ).all()
+
+    def live_vectors(self, user: EndUser) -> tuple[list[int], np.ndarray]:
+        rows = self._live_of(user, Fact.id, Fact.embedding)
         ids = [int(r[0]) for r in rows]
         vectors = np.stack([vector_from(r[1]) for r in rows]) if rows else np.zeros((0, 0))
         return ids, vectors.astype(np.float32)
 
     def live_texts(self, user: EndUser) -> tuple[list[int], list[str]]:
         """Row ids and texts of the user's live facts (their keyword index's corpus)."""
-        rows = self.session.execute(
-            select(Fact.id, Fact.text).where(
-                Fact.tenant_id == self.tenant_uuid,
-                Fact.user_id == user.id,
-                Fact.deleted_at.is_(None),
-            )
-        ).all()
+        rows = self._live_of(user, Fact.id, Fact.text)
         return [int(r[0]) for r in rows], [str(r[1]) for r in rows]
 
     def update_text(self, fact: Fact, text: str, embedding: np.ndarray) -> Fact:
