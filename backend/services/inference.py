@@ -26,6 +26,7 @@ from gpu_runtime.client import protocol as p
 Event = Literal["ADD", "UPDATE", "DELETE", "NONE"]
 MAX_FACTS = 8
 FACT_CHARS = 200
+FACT_MIN_CHARS = 16
 SIMILAR_PER_FACT = 5
 MAX_TOKENS = 1024  # above what either schema allows the model to write
 # Mem0's default categories.
@@ -51,6 +52,8 @@ EXTRACT_PROMPT = """You extract facts worth remembering about the user from a co
 Write each fact as one short, self-contained sentence in the third person ("The user ...").
 Keep names, places, dates and preferences. Leave out greetings, questions and small talk.
 If nothing is worth remembering, return an empty list."""
+# No worked example: the 135M default model copied one verbatim into every session's facts
+# (docs/accuracy.md, "Extraction").
 
 RECONCILE_PROMPT = """You maintain a memory of facts about a user. You get the current memories
 (each with an id) and newly learned facts. For each new fact decide one event:
@@ -105,7 +108,8 @@ def extraction_schema(categories: list[str]) -> dict[str, Any]:
         "additionalProperties": False,
         "required": ["fact", "category"],
         "properties": {
-            "fact": {"type": "string", "minLength": 1, "maxLength": FACT_CHARS},
+            # A sentence, not a name or "The user" alone (what the small default model wrote)
+            "fact": {"type": "string", "minLength": FACT_MIN_CHARS, "maxLength": FACT_CHARS},
             "category": {"enum": categories},
         },
     }
