@@ -46,6 +46,9 @@ case ${1:-} in
       --timeout=500 tests/gpu_runtime/test_injection_exactness.py \
       tests/gpu_runtime/test_chunked_rope_engine.py 2>&1 | tee "$res/exactness.log" | tail -40
     ls /tmp/inferscale-test-runtime-*.log >/dev/null 2>&1 && cp /tmp/inferscale-test-runtime-*.log "$res/"
+    # Run it before `serve`: whatever the tests' runtimes left on the GPU goes (once, their
+    # leftovers kept vLLM's own server from starting beside the platform).
+    nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9
     ;;
   *) sed -n 2,13p "$0"; exit 2 ;;
 esac
