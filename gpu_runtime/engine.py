@@ -10,9 +10,10 @@ place that touches vLLM internals.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import TYPE_CHECKING, Any
 
-from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.config import RuntimeSettings, cuda_available
 from gpu_runtime.connector.options import ConnectorOptions
 from gpu_runtime.errors import EngineError
 from gpu_runtime.generation import Sampling
@@ -32,6 +33,11 @@ def configure_vllm_environment(settings: RuntimeSettings) -> None:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     # The engine core (scheduler half) runs in its own process, never in the server's.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    # vLLM's sampler ranks logprobs with a torch.compile'd helper; on a CPU Inductor then needs a
+    # C++ compiler, and in the slim image (none) the first request asking for logprobs killed
+    # the engine (the fidelity canary's did, in the compose stack). There it runs eagerly.
+    if shutil.which(os.environ.get("CXX", "g++")) is None and not cuda_available():
+        os.environ.setdefault("TORCHDYNAMO_DISABLE", "1")
 
 
 def connector_options(settings: RuntimeSettings) -> ConnectorOptions:
