@@ -68,9 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--progress-every", type=int, default=10, help="questions per line")
     parser.add_argument("--seed", type=int, default=0, help="adversarial option order")
     parser.add_argument("--hits", type=Path, help="retrieval file: read if it exists, else written")
+    parser.add_argument(
+        "--keyword-weight",
+        type=float,
+        help="BM25's weight in the fused ranking (default: the API's; 0 = dense only)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/eval/locomo"))
     args = parser.parse_args(given)
 
+    from backend.core.config import Settings
     from backend.core.paths import locomo_dir
     from evals.locomo import EvalSettings, Mode, run_eval
     from evals.report import to_markdown, write_outputs
@@ -94,6 +100,11 @@ def main(argv: list[str] | None = None) -> int:
         hybrid_windows=_ints(args.hybrid_windows),
         concurrency=args.concurrency,
         hits_file=args.hits,
+        keyword_weight=(
+            Settings().retrieval_keyword_weight
+            if args.keyword_weight is None
+            else args.keyword_weight
+        ),
     )
     token = RuntimeSettings().service_token
     disk_root = tempfile.mkdtemp(prefix="inferscale-eval-kv-")  # throwaway fact KV

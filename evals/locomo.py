@@ -91,6 +91,7 @@ class EvalSettings:
     seed: int = 0
     concurrency: int = 1  # questions in flight at once (the runtime batches them)
     hits_file: Path | None = None  # retrieval results to read, or to write once computed
+    keyword_weight: float = 0.5  # BM25's weight in the fused ranking, as the API serves (0: dense)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def run_eval(
     from evals.report import summarize
 
     started = time.perf_counter()
-    retrieval = Retrieval(settings.hits_file, embedder)
+    retrieval = Retrieval(settings.hits_file, embedder, settings.keyword_weight)
     tenant = TenantId(f"locomo-eval-{uuid.uuid4().hex[:8]}")
     configs = run_configs(settings)
     rows: list[dict[str, Any]] = []

@@ -1,5 +1,7 @@
-"""The evaluation's retrieval: each question's top facts (best first) by MiniLM + exact FAISS
-search over its conversation's facts, as the platform retrieves a user's memories.
+"""The evaluation's retrieval: each question's top facts (best first), ranked as the platform
+ranks a user's memories: MiniLM + exact FAISS, fused with BM25 over the fact text by the
+platform's own code (``backend/retrieval/keyword.py``) at the keyword weight the API serves
+(``INFERSCALE_RETRIEVAL_KEYWORD_WEIGHT``; 0 is dense only).
 
 Retrieval is deterministic, so it can run once here and travel as a file (``--hits``): a run on
 another machine (the GPU host) then answers the very same questions over the very same facts in
@@ -20,16 +22,30 @@ if TYPE_CHECKING:
 
 # conversation sample -> question index -> fact ids, best first
 Hits = dict[str, dict[int, list[int]]]
+# A hits file names the keyword weight it was ranked with under this key (none: dense only).
+WEIGHT_KEY = "_keyword_weight"
 
 
 class Retrieval:
-    def __init__(self, path: Path | None = None, embedder: Embedder | None = None) -> None:
-        """``path``: a hits file to read (if it exists) and to write what is computed."""
+    def __init__(
+        self,
+        path: Path | None = None,
+        embedder: Embedder | None = None,
+        keyword_weight: float = 0.0,
+    ) -> None:
+        """``path``: a hits file to read (if it exists) and to write what is computed; it must
+        have been ranked with ``keyword_weight``."""
         self.path = path
         self._embedder = embedder
+        self.keyword_weight = keyword_weight
         self.hits: Hits = {}
         if path is not None and path.is_file():
             raw = json.loads(path.read_text())
+            written = float(raw.pop(WEIGHT_KEY, 0.0))
+            if written != keyword_weight:
+                raise ValueError(
+                    f"{path} was ranked with keyword weight {written}, not {keyword_weight}"
+                )
             self.hits = {s: {int(q): ids for q, ids in qs.items()} for s, qs in raw.items()}
         self.computed = False
 
@@ -48,11 +64,15 @@ class Retrieval:
     def save(self) -> None:
         if self.path is not None and self.computed:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self.path.write_text(json.dumps(self.hits, sort_keys=True) + "\n")
+            out: dict[str, object] = {**self.hits}
+            if self.keyword_weight:
+                out[WEIGHT_KEY] = self.keyword_weight
+            self.path.write_text(json.dumps(out, sort_keys=True) + "\n")
 
     def _search(self, conv: Conversation, questions: Sequence[Question], k: int) -> list[list[int]]:
         from backend.retrieval.embedder import get_embedder
         from backend.retrieval.index import FactIndex, IndexKey
+        from backend.retrieval.keyword import KeywordIndex, fuse
         from gpu_runtime.types import TenantId
 
         embedder = self._embedder = self._embedder or get_embedder()
@@ -60,4 +80,15 @@ class Retrieval:
         key = IndexKey(TenantId("locomo-eval"), conv.sample)
         index.rebuild(key, range(len(conv.facts)), embedder.embed(conv.facts), revision=0)
         vectors = embedder.embed([q.text for q in questions])
-        return [[fid for fid, _ in index.search(key, v, k)] for v in vectors]
+        if not self.keyword_weight:
+            return [[fid for fid, _ in index.search(key, v, k)] for v in vectors]
+        # As the API: the dense side is the whole ranking, fused, then cut to k.
+        keywords = KeywordIndex(list(conv.facts))
+        return [
+            fuse(
+                [fid for fid, _ in index.search(key, v, len(conv.facts))],
+                keywords.ranking(q.text),
+                self.keyword_weight,
+            )[:k]
+            for q, v in zip(questions, vectors, strict=True)
+        ]

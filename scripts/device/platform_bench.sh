@@ -5,6 +5,11 @@
 #                                                   # through Celery, hybrid vs prompt answers
 #   bash scripts/device/platform_bench.sh exactness # Theorem 3 with real SmolLM2 weights: CI's
 #                                                   # own engine tests, run on the GPU (before serve)
+#   bash scripts/device/platform_bench.sh locomo    # real SmolLM2 bf16: the dev set (all 1,347
+#                                                   # questions) at k = 5, 20, 50 in kv (w=0), hybrid
+#                                                   # and prompt modes, over the API's fused retrieval
+#   bash scripts/device/platform_bench.sh faiss     # FAISS's GPU build: the index tests on the
+#                                                   # GPU, CPU vs GPU search times (carry .device/faiss)
 # serve: the Llama-3.1-8B shape with dummy weights (SmolLM2's vocabulary: the same tokenizer
 # streams text through both stacks); the platform (Postgres, Redis, migrations, the runtime, the
 # API with 4 workers, a Celery worker and beat) and vLLM's own OpenAI server beside it (0.42 of
@@ -50,7 +55,30 @@ case ${1:-} in
     # leftovers kept vLLM's own server from starting beside the platform).
     nvidia-smi --query-compute-apps=pid --format=csv,noheader | xargs -r kill -9
     ;;
-  *) sed -n 2,13p "$0"; exit 2 ;;
+  locomo)
+    # Retrieval travels as docs/results/locomo/hits-fused.json (computed on the CPU with the
+    # API's fused ranking, keyword weight 0.5), so every mode answers over the same facts.
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
+      --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
+      --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 --modes kv,hybrid,prompt \
+      --recompute 2 --hybrid-ks "${KS:-5,20,50}" --hybrid-windows 0 --out "$res/locomo" \
+      > "$res/locomo.log" 2>&1 || echo "eval exit $?"
+    tail -45 "$res/locomo.log"
+    ;;
+  faiss)
+    # PyPI's faiss-gpu-cu12 with its CUDA 12 runtime and cuBLAS 12 forwarded to the image's
+    # cuBLAS 13 (scripts/device/faiss_gpu/stage.sh says why); the platform's faiss-cpu is shadowed.
+    site=/tmp/faiss-gpu && rm -rf $site && mkdir -p $site
+    python3 -m zipfile -e .device/faiss/faiss_gpu_cu12-*.whl $site
+    INFERSCALE_CUBLAS13=$(find / -name 'libcublas.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
+    export INFERSCALE_CUBLAS13 LD_LIBRARY_PATH=$PWD/.device/faiss/lib:$(dirname "$INFERSCALE_CUBLAS13")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export PYTHONPATH=$site:$PYTHONPATH
+    python3 -c "import faiss; print(faiss.__file__, 'GPUs:', faiss.get_num_gpus())" 2>&1 | tee "$res/faiss-tests.log"
+    python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/backend/retrieval/test_index.py \
+      2>&1 | tee -a "$res/faiss-tests.log" | tail -25
+    python3 -m bench.serve.faiss_search --out "$res/faiss-search-h200.json"
+    ;;
+  *) sed -n 2,18p "$0"; exit 2 ;;
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null

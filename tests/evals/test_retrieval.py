@@ -44,3 +44,24 @@ def test_a_file_without_a_conversation_falls_back_to_searching(tmp_path: Path) -
     retrieval = Retrieval(path)
     assert len(retrieval.top(conv, conv.questions[:2], 3)[0]) == 3
     assert retrieval.computed
+
+
+def test_fused_hits_are_the_platforms_ranking_and_name_their_weight(tmp_path: Path) -> None:
+    """With a keyword weight the harness ranks as the API does (the platform's fuse over the
+    whole dense ranking); the file records the weight and refuses to be read with another."""
+    from backend.retrieval.keyword import KeywordIndex, fuse
+
+    (conv,) = load_conversations(locomo_opening(tmp_path / "c.json", turns=12))
+    questions = conv.questions[:3]
+    dense = Retrieval().top(conv, questions, len(conv.facts))
+    path = tmp_path / "fused.json"
+    fused = Retrieval(path, keyword_weight=0.5)
+    got = fused.top(conv, questions, 4)
+    fused.save()
+    keywords = KeywordIndex(list(conv.facts))
+    for question, ranking, ids in zip(questions, dense, got, strict=True):
+        assert ids == fuse(ranking, keywords.ranking(question.text), 0.5)[:4]
+    assert json.loads(path.read_text())["_keyword_weight"] == 0.5
+    assert Retrieval(path, keyword_weight=0.5).top(conv, questions, 4) == got
+    with pytest.raises(ValueError, match=r"keyword weight 0\.5"):
+        Retrieval(path, keyword_weight=0.0)

@@ -41,9 +41,15 @@ def rng() -> np.random.Generator:
     return np.random.default_rng(1234)
 
 
-@pytest.fixture
-def index() -> FactIndex:
-    return FactIndex(DIM, use_gpu=False)
+# Every behaviour test runs on the CPU index and, where FAISS has a GPU build and sees a GPU (the
+# device run: scripts/device/platform_bench.sh faiss), again with searches on the GPU mirror.
+NO_GPU = "no FAISS GPU build or GPU"
+ON_GPU = pytest.param(True, id="gpu", marks=pytest.mark.skipif(not gpu_available(), reason=NO_GPU))
+
+
+@pytest.fixture(params=[pytest.param(False, id="cpu"), ON_GPU])
+def index(request: pytest.FixtureRequest) -> FactIndex:
+    return FactIndex(DIM, use_gpu=request.param)
 
 
 def test_planted_vector_ranks_first(index: FactIndex, rng: np.random.Generator) -> None:
@@ -308,6 +314,29 @@ def test_gpu_mirror_is_refreshed_after_every_change(
     index.upsert(ALICE, 2, vectors[1])
     assert index.search(ALICE, vectors[1], top_k=1)[0][0] == 2
     assert uploads == [3, 2, 3]
+
+
+@pytest.mark.skipif(not gpu_available(), reason=NO_GPU)
+def test_gpu_search_agrees_with_the_cpu_index(rng: np.random.Generator) -> None:
+    """The GPU mirror returns the exact top-k (NumPy's scores) that the CPU index does, users
+    kept apart. Scores, not id order, are compared: near-equal scores may swap places."""
+    cpu, gpu = FactIndex(384, use_gpu=False), FactIndex(384, use_gpu=True)
+    assert gpu.on_gpu and not cpu.on_gpu
+    stored: dict[IndexKey, npt.NDArray[np.float32]] = {}
+    for key, n in ((ALICE, 1_000), (BOB, 37)):
+        stored[key] = unit_rows(rng, n, 384)
+        for target in (cpu, gpu):
+            target.upsert_many(key, list(range(7, 7 + n)), stored[key])
+    for query in unit_rows(rng, 20, 384):
+        for key, vectors in stored.items():
+            exact = vectors @ query  # [n]
+            want = np.sort(exact)[::-1][:50]
+            for target in (cpu, gpu):
+                hits = target.search(key, query, top_k=50)
+                np.testing.assert_allclose([s for _, s in hits], want, atol=1e-5)
+                np.testing.assert_allclose([exact[i - 7] for i, _ in hits], want, atol=1e-5)
+    everyone = gpu.search(BOB, unit_rows(rng, 1, 384)[0], top_k=100)
+    assert {i for i, _ in everyone} == set(range(7, 44))
 
 
 @pytest.mark.skipif(gpu_available(), reason="this FAISS build has a GPU")
