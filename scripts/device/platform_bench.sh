@@ -72,7 +72,8 @@ case ${1:-} in
     python3 -m zipfile -e .device/faiss/faiss_gpu_cu12-*.whl $site
     INFERSCALE_CUBLAS13=$(find / -name 'libcublas.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
     export INFERSCALE_CUBLAS13 LD_LIBRARY_PATH=$PWD/.device/faiss/lib:$(dirname "$INFERSCALE_CUBLAS13")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    export PYTHONPATH=$site:$PYTHONPATH
+    # (its loader would look the CUDA 12 libraries up as pip packages: the loader's path finds them)
+    export PYTHONPATH=$site:$PYTHONPATH _FAISS_WHEEL_DISABLE_CUDA_PRELOAD=1
     python3 -c "import faiss; print(faiss.__file__, 'GPUs:', faiss.get_num_gpus())" 2>&1 | tee "$res/faiss-tests.log"
     python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/backend/retrieval/test_index.py \
       2>&1 | tee -a "$res/faiss-tests.log" | tail -25
