@@ -14,15 +14,39 @@ harness all rank through ``fuse``.
 
 from __future__ import annotations
 
+import importlib
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
 
-import bm25s
 import numpy as np
 
 from backend.retrieval.keys import IndexKey
 from gpu_runtime.types import TenantId
+
+
+def _import_without_jax(name: str) -> ModuleType:
+    """Import ``name`` with ``import jax`` failing. bm25s imports JAX when it is installed and
+    runs a top-k at import time, which makes JAX take 75% of a GPU's memory in every API process
+    on a GPU host whose Python has JAX (the H200 image does: vLLM's own server then could not
+    start beside the platform). We use only BM25 scores, never bm25s's JAX top-k, and the API
+    loads no GPU framework. A process that already imported JAX keeps it."""
+    if "jax" in sys.modules:
+        return importlib.import_module(name)
+    sys.modules["jax"] = None  # type: ignore[assignment]  # makes `import jax` an ImportError
+    try:
+        return importlib.import_module(name)
+    finally:
+        del sys.modules["jax"]
+
+
+if TYPE_CHECKING:
+    import bm25s
+else:
+    bm25s = _import_without_jax("bm25s")
 
 RRF_K = 60  # reciprocal-rank fusion's constant (Cormack et al.): 1 / (60 + rank)
 _STOPWORDS = "en"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from backend.retrieval.index import FactIndex, IndexKey
@@ -81,3 +83,35 @@ def test_dropping_a_tenant_from_the_dense_indexes_drops_its_keyword_indexes() ->
     index.keywords.get(theirs, 1, lambda: load(theirs))
     index.keywords.get(mine, 1, lambda: load(mine))
     assert reloaded == [mine]  # only the dropped tenant's had to be loaded again
+
+
+def test_importing_the_keyword_index_never_imports_jax(tmp_path: Path) -> None:
+    """bm25s imports JAX at import time when installed (JAX then takes most of a GPU); the API
+    must not. A stand-in ``jax`` package on the path records any import of it."""
+    import subprocess
+    import sys
+
+    fake = tmp_path / "jax"
+    fake.mkdir()
+    marker = tmp_path / "imported"
+    (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (fake / "lax.py").write_text("def top_k(x, k):\n    return x[:k], list(range(k))\n")
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); "
+        "import backend.retrieval.keyword as k; "
+        "print(k.KeywordIndex(['porto greyhound', 'lisbon cat']).ranking('greyhound'))"
+    )
+    repo = Path(__file__).resolve().parents[3]
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)],
+        capture_output=True, text=True, check=True, cwd=repo,
+    )  # fmt: skip
+    assert run.stdout.strip() == "[0]"
+    assert not marker.exists(), "importing the keyword index imported jax"
+    # The stand-in is importable: without the guard, bm25s would have imported it.
+    control = subprocess.run(
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); import bm25s",
+         str(tmp_path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert control.returncode == 0 and marker.exists()
