@@ -102,13 +102,16 @@ class EngineHarness:
         *,
         max_tokens: int = 12,
         logprobs: int | None = 5,
+        prefix_cache: bool = True,
     ) -> Completion:
         request = p.GenerateRequest(
             tenant=tenant.value,
             token_ids=list(token_ids),
             mode="kv" if mode == "kv" else "prompt",
             segment=p.segment_model(segment) if segment is not None else None,
-            sampling=p.SamplingModel(max_tokens=max_tokens, logprobs=logprobs),
+            sampling=p.SamplingModel(
+                max_tokens=max_tokens, logprobs=logprobs, prefix_cache=prefix_cache
+            ),
         )
         events = list(self.client.generate(request))
         usage = events[-1].usage

@@ -4,7 +4,7 @@ the torch-free question other processes ask of the durable store (``StoredFactsV
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from gpu_runtime.types import FactKey, TenantId
@@ -80,6 +80,11 @@ class StoredFactsView(Protocol):
 
     def contains(self, key: FactKey) -> bool: ...
 
-    def contains_all(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool: ...
+    def contains_all(
+        self,
+        tenant: TenantId,
+        keys: Iterable[FactKey],
+        encode: Callable[[FactKey], bytes] = ...,
+    ) -> bool: ...
 
     def size(self, key: FactKey) -> int | None: ...

@@ -38,16 +38,16 @@ def test_reported_facts_are_claimable_and_purges_forget_them() -> None:
     assert not catalog.available(A, [f]) and catalog.available(B, [key(B, "f")])
 
 
-def test_facts_on_disk_are_found_and_remembered(tmp_path: Path) -> None:
+def test_with_a_durable_store_it_alone_says_what_may_be_claimed(tmp_path: Path) -> None:
     catalog = FactCatalog(StoredFacts(tmp_path))
-    f = key(A, "f")
+    f, g = key(A, "f"), key(A, "g")
     assert not catalog.available(A, [f])  # nothing stored anywhere
+    catalog.apply(WorkerReport(stored=[g]))  # a report is not what makes a fact claimable
+    assert not catalog.available(A, [g])
     log = TenantLog(tmp_path / tenant_dir_name(A), Policy())  # a worker process writing
     log.append([Item(key_bytes(f), b"{}", (memoryview(b"kv"),))])  # or another replica
-    assert catalog.available(A, [f]) and len(catalog) == 1
-    log.delete([key_bytes(f)])
-    assert catalog.available(A, [f])  # remembered until a worker reports it gone
-    catalog.apply(WorkerReport(dropped=[f]))
+    assert catalog.available(A, [f])
+    log.delete([key_bytes(f)])  # a purge: gone at once, no worker report needed
     assert not catalog.available(A, [f])
 
 
@@ -58,8 +58,8 @@ def test_another_tenants_key_is_refused_even_when_known() -> None:
         catalog.available(B, [key(A, "f")])
 
 
-def test_the_remembered_set_is_bounded(tmp_path: Path) -> None:
-    catalog = FactCatalog(StoredFacts(tmp_path), limit=3)
+def test_the_remembered_set_is_bounded() -> None:
+    catalog = FactCatalog(stored=None, limit=3)
     catalog.apply(WorkerReport(stored=[key(A, str(i)) for i in range(5)]))
     assert len(catalog) == 3
     assert catalog.available(A, [key(A, "4")]) and not catalog.available(A, [key(A, "0")])
