@@ -8,7 +8,7 @@ and a purge deletes it there before the purge returns, so a request sent after a
 claims the purged fact. (Before, the catalog remembered facts until the workers' next report;
 a request in that window claimed a purged fact, the worker reported the blocks as failed loads,
 and vLLM 0.26's recompute path on CUDA, with async scheduling, answered with garbage: the
-H200 exactness run of this commit's parent; vllm-project/vllm#49250 reports the same for
+H200 exactness run at bd041ad; vllm-project/vllm#49250 reports the same for
 synchronous loads.) Without a durable store (tests, memory only) the catalog knows what the
 workers reported stored and not yet dropped, in a bounded set.
 """
