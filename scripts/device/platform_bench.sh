@@ -66,12 +66,15 @@ case ${1:-} in
     tail -45 "$res/locomo.log"
     ;;
   faiss)
-    # PyPI's faiss-gpu-cu12 with its CUDA 12 runtime and cuBLAS 12 forwarded to the image's
-    # cuBLAS 13 (scripts/device/faiss_gpu/stage.sh says why); the platform's faiss-cpu is shadowed.
-    site=/tmp/faiss-gpu && rm -rf $site && mkdir -p $site
-    python3 -m zipfile -e .device/faiss/faiss_gpu_cu12-*.whl $site
+    # PyPI's faiss-gpu-cu12 1.9.0.0 (received by scripts/device/faiss_gpu/receive.sh) with its
+    # CUDA 12 runtime, NumPy 1.26 and cuBLAS 12 forwarded to the image's cuBLAS 13 (stage.sh says
+    # why); the platform's faiss-cpu and NumPy 2 are shadowed for this step only.
+    stage=/root/stage/faiss site=/tmp/faiss-gpu && rm -rf $site && mkdir -p $site
+    (cd $stage && cat faiss_gpu_cu12-*.whl.part-* > /tmp/faiss.whl && sed "s|  .*|  /tmp/faiss.whl|" \
+      faiss_gpu_cu12-*.sha256 | sha256sum -c) || exit 1
+    python3 -m zipfile -e /tmp/faiss.whl $site && python3 -m zipfile -e $stage/numpy-*.whl $site
     INFERSCALE_CUBLAS13=$(find / -name 'libcublas.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
-    export INFERSCALE_CUBLAS13 LD_LIBRARY_PATH=$PWD/.device/faiss/lib:$(dirname "$INFERSCALE_CUBLAS13")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export INFERSCALE_CUBLAS13 LD_LIBRARY_PATH=$stage/lib:$(dirname "$INFERSCALE_CUBLAS13")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     # (its loader would look the CUDA 12 libraries up as pip packages: the loader's path finds them)
     export PYTHONPATH=$site:$PYTHONPATH _FAISS_WHEEL_DISABLE_CUDA_PRELOAD=1
     python3 -c "import faiss; print(faiss.__file__, 'GPUs:', faiss.get_num_gpus())" 2>&1 | tee "$res/faiss-tests.log"
