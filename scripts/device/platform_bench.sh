@@ -72,10 +72,13 @@ case ${1:-} in
     stage=/root/stage/faiss site=/tmp/faiss-gpu && rm -rf $site && mkdir -p $site
     (cd $stage && cat faiss_gpu_cu12-*.whl.part-* > /tmp/faiss.whl && sed "s|  .*|  /tmp/faiss.whl|" \
       faiss_gpu_cu12-*.sha256 | sha256sum -c) || exit 1
-    python3 -m zipfile -e /tmp/faiss.whl $site && python3 -m zipfile -e $stage/numpy-*.whl $site
+    python3 -m zipfile -e /tmp/faiss.whl $site && python3 -m zipfile -e $stage/numpy-*.whl $site \
+      && python3 -m zipfile -e $stage/scipy-*.whl $site  # (bm25s needs SciPy; the image's is NumPy 2 only)
+    # (its preloader would look the CUDA 12 libraries up as pip packages, and 1.9.0.0 ignores its
+    # own opt-out variable: an empty list leaves them to the loader's path, which finds them)
+    echo '[]' > $site/faiss/PRELOAD_SHARED_LIBRARIES.json
     INFERSCALE_CUBLAS13=$(find / -name 'libcublas.so.13*' -not -path '/proc/*' 2>/dev/null | head -1)
     export INFERSCALE_CUBLAS13 LD_LIBRARY_PATH=$stage/lib:$(dirname "$INFERSCALE_CUBLAS13")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-    # (its loader would look the CUDA 12 libraries up as pip packages: the loader's path finds them)
     export PYTHONPATH=$site:$PYTHONPATH _FAISS_WHEEL_DISABLE_CUDA_PRELOAD=1
     python3 -c "import faiss; print(faiss.__file__, 'GPUs:', faiss.get_num_gpus())" 2>&1 | tee "$res/faiss-tests.log"
     python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/backend/retrieval/test_index.py \
