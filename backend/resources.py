@@ -35,7 +35,11 @@ class Resources:
 
     def __post_init__(self) -> None:
         # Per-user retrieval indexes, bounded (least recently used users' rebuilt on a miss).
-        self.index = FactIndex(EMBEDDING_DIM, max_bytes=self.settings.index_cache_bytes)
+        self.index = FactIndex(
+            EMBEDDING_DIM,
+            use_gpu=self.settings.index_on_gpu,
+            max_bytes=self.settings.index_cache_bytes,
+        )
         s = self.settings
         self.index.keywords = KeywordCache(s.keyword_cache_bytes, s.retrieval_keyword_weight)
 

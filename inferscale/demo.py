@@ -114,7 +114,7 @@ def run(api: str, admin_key: str, questions: int = 3, dashboard: str | None = No
         mean = {mode: sum(v) / len(v) for mode, v in ttfts.items()}
         _say(f"mean TTFT at k=10: kv {mean['kv']:.0f} ms, hybrid {mean['hybrid']:.0f} ms "
              f"(the default: the 2 most relevant facts prefilled), prompt {mean['prompt']:.0f} "
-             f"ms ({mean['prompt'] / mean['kv']:.1f}x kv; SmolLM2 on this CPU, GPU numbers in "
-             "docs/benchmarks.md)")  # fmt: skip
+             f"ms ({mean['prompt'] / mean['kv']:.1f}x kv; this host and model: the 8B-shape "
+             "GPU numbers are in docs/benchmarks.md)")  # fmt: skip
     if dashboard:
         _say(f"the dashboard: {dashboard} (memories, cache residency, latency)")

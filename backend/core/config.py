@@ -160,6 +160,10 @@ class Settings(BaseSettings):
     index_cache_bytes: int = Field(
         default=512 * 1024 * 1024, ge=1 << 20, validation_alias="INFERSCALE_INDEX_CACHE_BYTES"
     )
+    # Search per-user indexes on a GPU mirror (needs FAISS's GPU build). Off: on the H200 host
+    # one query over a user's 169 facts took 12-18 us on the CPU and 56-71 us on the GPU; the GPU
+    # wins from ~1,000 facts per index (docs/benchmarks.md, "FAISS: which search runs where").
+    index_on_gpu: bool = Field(default=False, validation_alias="INFERSCALE_INDEX_ON_GPU")
 
     # Names the chat API answers to besides the served model's own (comma-separated); any other
     # `model` is OpenAI's 404 model_not_found.

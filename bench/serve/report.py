@@ -32,15 +32,21 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['failures']} | {r['healthz_ms']['p95']:.1f} ({r['healthz_ms']['max']:.1f}) |"
         )
     lines += ["", "Where the client's TTFT went (medians, ms):", "",
-              "| users | k | mode | " + " | ".join(PARTS) + " |",
-              "|---|---|---|" + "---|" * len(PARTS)]  # fmt: skip
+              "| users | k | mode | " + " | ".join(PARTS) + " | query embedded on |",
+              "|---|---|---|" + "---|" * (len(PARTS) + 1)]  # fmt: skip
     for r in ours:
         parts = r["parts_median_ms"]
         values = " | ".join(f"{parts.get(p, 0.0):.1f}" for p in PARTS)
-        lines.append(f"| {r['users']} | {r['k']} | {r['mode']} | {values} |")
+        lines.append(f"| {r['users']} | {r['k']} | {r['mode']} | {values} | {_where(r)} |")
     if peer:
         lines += _peer_tables(ours, peer)
     return "\n".join(lines) + "\n"
+
+
+def _where(row: dict[str, Any]) -> str:
+    """Where the cell's queries were embedded, e.g. "runtime 20" or "api 3, runtime 17"."""
+    counts = {k: v for k, v in (row.get("query_embedded_on") or {}).items() if k != "None"}
+    return ", ".join(f"{where} {n}" for where, n in sorted(counts.items())) or "-"
 
 
 def _peer_tables(ours: list[dict[str, Any]], peer: list[dict[str, Any]]) -> list[str]:

@@ -20,6 +20,7 @@ import json
 import statistics
 import time
 import uuid
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", 
 class Sample:
     client_ttft_ms: float
     parts: dict[str, float]
+    query_embedded_on: str | None = None  # "runtime" | "api" | None (no search)
 
 
 @dataclass
@@ -190,7 +192,7 @@ class ServeBench:
                 extension = extra["inferscale"]
         first = first or time.perf_counter()
         ttft = (first - sent) * 1000
-        return Sample(ttft, _parts(extension, ttft))
+        return Sample(ttft, _parts(extension, ttft), extension.get("query_embedded_on"))
 
     async def _cell(
         self, sdks: list[Any], probe: httpx.AsyncClient, n: int, k: int, mode: str, per_user: int
@@ -243,5 +245,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "parts_median_ms": {p: statistics.median([s.parts[p] for s in c.samples])
                                 for p in c.samples[0].parts} if c.samples else {},
             "healthz_ms": _summary(c.health_ms),
+            "query_embedded_on": dict(Counter(str(s.query_embedded_on) for s in c.samples)),
         })  # fmt: skip
     return rows

@@ -137,6 +137,7 @@ def inferscale_extension(run: ChatRun) -> dict[str, Any]:
         "ttft_ms": run.ttft_ms,
         "engine_ttft_ms": run.engine_ttft_ms,
         "timings_ms": {name: round(ms, 3) for name, ms in run.timings_ms.items()},
+        "query_embedded_on": run.query_embedded_on.value if run.query_embedded_on else None,
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 from backend.core.config import get_settings
 from backend.retrieval.embedder import Embedder, get_embedder
 from backend.runtime.client import EngineClient
-from backend.services.query_embedding import QueryEmbedder
+from backend.services.query_embedding import EmbeddedOn, QueryEmbedder
 from gpu_runtime.client.launch import RuntimeProcess
 from gpu_runtime.types import TenantId
 
@@ -27,9 +27,9 @@ def engine(runtime_server: RuntimeProcess) -> EngineClient:
 def test_queries_go_to_the_runtime_when_its_vectors_agree(engine: EngineClient) -> None:
     queries = QueryEmbedder(get_embedder, engine, "auto")
 
-    vector = queries.embed(TENANT, QUERY)
+    vector, where = queries.embed_located(TENANT, QUERY)
 
-    assert queries.remote_calls == 1
+    assert queries.remote_calls == 1 and where is EmbeddedOn.RUNTIME
     assert np.abs(vector - get_embedder().embed([QUERY])[0]).max() < 1e-5
 
 
@@ -43,9 +43,9 @@ def test_a_runtime_that_embeds_differently_is_not_trusted(
     weights["encoder.layer.0.attention.self.query.weight"] *= np.float32(1.5)
 
     queries = QueryEmbedder(lambda: drifted, engine, "auto")
-    vector = queries.embed(TENANT, QUERY)
+    vector, where = queries.embed_located(TENANT, QUERY)
 
-    assert queries.remote_calls == 0
+    assert queries.remote_calls == 0 and where is EmbeddedOn.API
     assert np.array_equal(vector, drifted.embed([QUERY])[0])
     assert np.abs(vector - get_embedder().embed([QUERY])[0]).max() > 1e-3  # it did drift
 

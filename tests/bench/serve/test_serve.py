@@ -34,6 +34,12 @@ def test_serve_bench_measures_ttft_parts_and_health(
         assert r["client_ttft_ms"]["median"] >= parts["engine_ttft"]  # the runtime's is a part
         assert r["k"] == 0 or parts["search"] > 0
         assert r["healthz_ms"]["n"] > 0  # /healthz was probed while the cell ran
+        where = r["query_embedded_on"]  # k=0 searches nothing; else each query says where
+        assert (
+            where == {"None": r["users"]}
+            if r["k"] == 0
+            else (set(where) <= {"runtime", "api"} and sum(where.values()) == r["users"])
+        )
     paths = write({"model": "m", "device": "cpu", "cells": rows}, tmp_path / "out")
     assert {p.name for p in paths} >= {"serve.json", "serve.md"}
     assert "API adds" in (tmp_path / "out" / "serve.md").read_text()
