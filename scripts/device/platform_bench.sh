@@ -16,7 +16,8 @@
 # the GPU each; requests alternate, they never run at once); then `inferscale bench serve` at
 # 1 user (20 requests a cell) and 100 users (3 each), k = 0, 20, 50, 100, hybrid/kv/prompt and
 # the peer; then the runtime's own encode rate. Results under $OUT. A subset: KS=50 MODES=kv,hybrid
-# ENCODE=0 (the runtime's encode rate skipped).
+# ENCODE=0 (the runtime's encode rate skipped); API_WORKERS=N API processes (4: run 4 found the
+# API the bound at 100 users).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck disable=SC1091
@@ -28,7 +29,7 @@ bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,10
        --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer)
 case ${1:-} in
   serve)
-    bash scripts/device/platform.sh up "$model" 4 || exit 1
+    bash scripts/device/platform.sh up "$model" "${API_WORKERS:-4}" || exit 1
     bash scripts/device/platform.sh peer "$model"
     for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
     curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
