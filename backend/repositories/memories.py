@@ -16,6 +16,18 @@ from backend.db.models import EndUser, Fact, FactHistory, Turn
 from backend.repositories.base import Page, TenantScoped
 
 
+@dataclass(frozen=True)
+class FactBrief:
+    """What a chat needs of a retrieved fact: its KV's name and its text (a plain row: loading
+    50 ORM entities took 2.8 ms against 1.0 ms for these columns on the 2-core CPU)."""
+
+    id: int
+    public_id: uuid.UUID
+    user_id: int
+    text: str
+    version: int
+
+
 class UserRepository(TenantScoped):
     def get(self, external_id: str) -> EndUser | None:
         return self.session.scalar(
@@ -138,6 +150,16 @@ class FactRepository(TenantScoped):
         # The vectors stay behind (1.5 KB a row; loaded only if asked for): search hits need text.
         live = self._live().where(Fact.id.in_(row_ids)).options(defer(Fact.embedding))
         rows = {f.id: f for f in self.session.scalars(live)}
+        return [rows[i] for i in row_ids if i in rows]
+
+    def briefs_by_row(self, row_ids: Sequence[int]) -> list[FactBrief]:
+        """``many_by_row``'s facts as ``FactBrief`` s, in the order asked."""
+        if not row_ids:
+            return []
+        live = select(Fact.id, Fact.public_id, Fact.user_id, Fact.text, Fact.version).where(
+            Fact.tenant_id == self.tenant_uuid, Fact.deleted_at.is_(None), Fact.id.in_(row_ids)
+        )
+        rows = {r.id: FactBrief(*r) for r in self.session.execute(live)}
         return [rows[i] for i in row_ids if i in rows]
 
     def list_for_user(self, user: EndUser, page: Page) -> tuple[list[Fact], int]:

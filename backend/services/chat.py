@@ -183,7 +183,7 @@ class ChatService:
                 clock.lap("embed")  # what of the embedding the lookups did not hide
                 return embedded
 
-            hits = MemoryService(self.ctx).search_when_ready(
+            hits = MemoryService(self.ctx).briefs_when_ready(
                 request.user, vector, request.top_k, query
             )
             for hit in hits:

@@ -17,7 +17,13 @@ from backend.jobs.pipeline.tasks import TaskName
 from backend.repositories.base import Page
 from backend.repositories.encodings import EncodingRepository
 from backend.repositories.jobs import JobRepository
-from backend.repositories.memories import FactRepository, FactScope, UserRepository, vector_from
+from backend.repositories.memories import (
+    FactBrief,
+    FactRepository,
+    FactScope,
+    UserRepository,
+    vector_from,
+)
 from backend.repositories.requests import IdempotencyRepository
 from backend.retrieval.index import IndexKey
 from backend.retrieval.keyword import KeywordCache, fuse
@@ -31,7 +37,13 @@ class SearchHit:
     score: float
 
 
-def fact_key(tenant: TenantId, fact: Fact, config: EncodingConfig) -> FactKey:
+@dataclass(frozen=True)
+class BriefHit:
+    fact: FactBrief
+    score: float
+
+
+def fact_key(tenant: TenantId, fact: Fact | FactBrief, config: EncodingConfig) -> FactKey:
     """The KV of the fact's current version under ``config`` (named by its public id)."""
     return FactKey.for_fact(tenant, str(fact.public_id), fact.version, config)
 
@@ -165,15 +177,9 @@ class MemoryService:
         """``search_vector`` with the query's vector asked for only once the user's index is
         ready: its embedding (on the runtime, or in another thread) overlaps the lookups. With
         the ``query``'s text the dense ranking is fused with the keyword one (``keyword.py``)."""
-        user = self.users.get(user_external_id)
+        user, hits = self._ranked(user_external_id, vector_of, top_k, query)
         if user is None:
             return []
-        key = self._ensure_index(user)
-        keywords = self.ctx.index.keywords
-        if query is None or keywords is None or keywords.weight <= 0:
-            hits = self.ctx.index.search(key, vector_of(), top_k)
-        else:
-            hits = self._fused(user, key, vector_of(), query, top_k, keywords)
         facts = {f.id: f for f in self.facts.many_by_row([row_id for row_id, _ in hits])}
         # Only live facts of this tenant and user come back, whatever the index holds.
         return [
@@ -181,6 +187,41 @@ class MemoryService:
             for i, score in hits
             if i in facts and facts[i].user_id == user.id
         ]
+
+    def briefs_when_ready(
+        self,
+        user_external_id: str,
+        vector_of: Callable[[], npt.NDArray[np.float32]],
+        top_k: int,
+        query: str | None = None,
+    ) -> list[BriefHit]:
+        """``search_when_ready`` for a chat: the hits as ``FactBrief`` s (name and text)."""
+        user, hits = self._ranked(user_external_id, vector_of, top_k, query)
+        if user is None:
+            return []
+        facts = {f.id: f for f in self.facts.briefs_by_row([row_id for row_id, _ in hits])}
+        return [
+            BriefHit(facts[i], score)
+            for i, score in hits
+            if i in facts and facts[i].user_id == user.id
+        ]
+
+    def _ranked(
+        self,
+        user_external_id: str,
+        vector_of: Callable[[], npt.NDArray[np.float32]],
+        top_k: int,
+        query: str | None,
+    ) -> tuple[EndUser | None, list[tuple[int, float]]]:
+        """The user and the index's (row id, score) hits, best first."""
+        user = self.users.get(user_external_id)
+        if user is None:
+            return None, []
+        key = self._ensure_index(user)
+        keywords = self.ctx.index.keywords
+        if query is None or keywords is None or keywords.weight <= 0:
+            return user, self.ctx.index.search(key, vector_of(), top_k)
+        return user, self._fused(user, key, vector_of(), query, top_k, keywords)
 
     # ---- encoding ------------------------------------------------------------------------
     def schedule_encoding(self, facts: list[Fact]) -> None:

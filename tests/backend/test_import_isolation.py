@@ -32,7 +32,7 @@ PROBE = textwrap.dedent(
                            headers=auth).json()["results"][0]
         assert encode_facts(tenant.json()["id"], [memory["id"]]) == 1  # the worker's job
         chat = http.post("/v1/chat/completions", headers=auth, json={
-            "model": "inferscale", "user": "u", "max_tokens": 4,
+            "model": "inferscale", "user": "u", "max_tokens": 4, "memory": {"mode": "kv"},
             "messages": [{"role": "user", "content": "What pet do I have?"}]})
         assert chat.status_code == 200, chat.text
         assert chat.json()["inferscale"]["injected_tokens"] > 0, chat.json()

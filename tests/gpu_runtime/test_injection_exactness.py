@@ -202,3 +202,18 @@ def test_exact_injection_when_facts_spill_out_of_the_gpu_tier(runtime: EngineHar
     assert injected.top_logprobs == reused.top_logprobs and injected.token_ids == reused.token_ids
     assert after["host_hits"] + after["disk_hits"] > before["host_hits"] + before["disk_hits"]
     assert runtime.stats()["evictions"] > 0
+
+
+def test_a_kv_request_without_facts_runs_as_prompt_mode(runtime: EngineHarness) -> None:
+    """The preamble alone is no work for the connector: vLLM's prefix cache serves it as in
+    prompt mode. The same tokens and logprobs as prompt mode, nothing injected (before, the
+    preamble was injected: +1.5 ms at k=0 on the H200)."""
+    tenant, config = _tenant(), runtime.config(window=0)
+    prompt = runtime.compose(tenant, config, [], QUERY)
+    assert len(prompt.segment.spans) == 1  # the preamble
+
+    kv = runtime.generate(tenant, prompt, "kv")
+    baseline = runtime.generate(tenant, prompt, "prompt")
+    assert kv.injected_tokens == 0
+    assert kv.token_ids == baseline.token_ids
+    assert kv.top_logprobs == baseline.top_logprobs

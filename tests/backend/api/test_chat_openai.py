@@ -103,7 +103,8 @@ def test_a_hybrid_budget_in_tokens_prefills_more_as_it_grows(
     served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
 ) -> None:
     """``memory.recompute_tokens``: no budget injects every fact (as kv), one larger than all
-    three facts prefills them all (only the preamble is injected); the answer stays right."""
+    three facts prefills them all (nothing injected: the preamble alone runs as prompt mode);
+    the answer stays right."""
     http, _ = served
     sdk = _sdk(http, tenant_with_memory)
 
@@ -116,10 +117,10 @@ def test_a_hybrid_budget_in_tokens_prefills_more_as_it_grows(
         extension = completion.model_extra["inferscale"]  # type: ignore[index]
         return completion.choices[0].message.content or "", int(extension["injected_tokens"])
 
-    none_text, none_prefilled = ask(0)
-    all_text, all_prefilled = ask(4096)
+    none_text, none_injected = ask(0)
+    all_text, all_injected = ask(4096)
     assert "4417" in none_text and "4417" in all_text
-    assert 0 < all_prefilled < none_prefilled  # the preamble only, against every fact
+    assert all_injected == 0 < none_injected  # every fact prefilled, against every fact injected
 
 
 def test_sdk_streaming_matches_non_streaming(
