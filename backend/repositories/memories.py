@@ -18,8 +18,8 @@ from backend.repositories.base import Page, TenantScoped
 
 @dataclass(frozen=True)
 class FactBrief:
-    """What a chat needs of a retrieved fact: its KV's name and its text (a plain row: loading
-    50 ORM entities took 2.8 ms against 1.0 ms for these columns on the 2-core CPU)."""
+    """What a chat needs of a retrieved fact: its KV's name and its text. A plain row, since
+    ORM entities cost a chat more than the query (``python -m bench.serve.db_reads``)."""
 
     id: int
     public_id: uuid.UUID

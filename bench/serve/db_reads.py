@@ -1,8 +1,9 @@
-"""What loading a chat's retrieved facts costs the API: the full ORM entities (what the memory
-search API returns) against the plain rows a chat needs (``FactRepository.briefs_by_row``), for
-k facts of one user, on the configured Postgres. The tenant it creates is rolled back.
+"""What loading a chat's retrieved facts costs the API, on the configured Postgres: the full
+ORM entities (what the memory search API returns) against the plain rows a chat needs
+(``FactRepository.briefs_by_row``), for k facts of one user, called alternately. The tenant it
+creates is rolled back.
 
-    python -m bench.serve.fact_rows [--ks 5,20,50,100] [--out FILE]
+    python -m bench.serve.db_reads [--ks 5,20,50,100] [--out FILE]
 """
 
 from __future__ import annotations
@@ -23,16 +24,19 @@ from backend.repositories.tenants import TenantRepository
 from gpu_runtime.types import TenantId
 
 
-def _median_ms(fn: Callable[[], object], calls: int) -> float:
-    times = []
+def _paired(a: Callable[[], object], b: Callable[[], object], calls: int) -> tuple[float, float]:
+    """Median ms of ``a`` and of ``b``, called alternately (a load that comes and goes on the
+    host hits both alike)."""
+    times: tuple[list[float], list[float]] = ([], [])
     for _ in range(calls):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+        for fn, out in ((a, times[0]), (b, times[1])):
+            started = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times[0]), statistics.median(times[1])
 
 
-def measure(ks: list[int], calls: int = 300) -> dict[str, dict[str, float]]:
+def fact_rows(ks: list[int], calls: int = 300) -> dict[str, dict[str, float]]:
     vector = np.ones(384, dtype=np.float32) / np.sqrt(384)
     results: dict[str, dict[str, float]] = {}
     with session_factory()() as session:
@@ -49,10 +53,12 @@ def measure(ks: list[int], calls: int = 300) -> dict[str, dict[str, float]]:
 
         for k in ks:
             rows = ids[:k]
-            results[str(k)] = {
-                "entities_ms": _median_ms(functools.partial(entities, rows), calls),
-                "briefs_ms": _median_ms(functools.partial(facts.briefs_by_row, rows), calls),
-            }
+            full, brief = _paired(
+                functools.partial(entities, rows),
+                functools.partial(facts.briefs_by_row, rows),
+                calls,
+            )
+            results[str(k)] = {"entities_ms": full, "briefs_ms": brief}
         session.rollback()
     return results
 
@@ -62,7 +68,7 @@ def main() -> None:
     parser.add_argument("--ks", default="5,20,50,100")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    results = measure([int(k) for k in args.ks.split(",")])
+    results = fact_rows([int(k) for k in args.ks.split(",")])
     print(json.dumps(results, indent=1))
     if args.out:
         with open(args.out, "w") as out:
