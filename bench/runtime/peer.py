@@ -3,7 +3,9 @@ shape, same GPU), both over HTTP from this client, in one run.
 
 * TTFT at each k, round-robin: our ``prompt`` and ``kv`` modes and the peer fed the very same
   token ids (``/v1/completions``, a fresh ``cache_salt`` per request so that, like our cells,
-  nothing is reused from its prefix cache).
+  nothing is reused from its prefix cache); and our ``free KV``, prompt mode with the same facts'
+  blocks reused from vLLM's prefix cache: the floor kv injection is measured against, through the
+  same service (k=0 shows what the connector costs a request without facts).
 * Throughput at ``n`` concurrent streaming users, each with its own k facts: our ``kv`` mode
   against the peer fed the same facts as text (its prefix cache on, as deployed).
 """
@@ -21,7 +23,7 @@ import aiohttp
 from bench.runtime.measure import concurrently, one, request_for, summary
 from bench.runtime.workload import Workload
 
-SIDES = ("runtime_prompt", "runtime_kv", "vllm_server")
+SIDES = ("runtime_prompt", "runtime_kv", "runtime_free_kv", "vllm_server")
 
 
 async def _peer_model(http: aiohttp.ClientSession, url: str, timeout_s: float = 900.0) -> str:
@@ -80,6 +82,7 @@ async def peer(
                 got = {
                     "runtime_prompt": (await one(w, "prompt", facts)).ttft_ms,
                     "runtime_kv": (await one(w, "kv", facts)).ttft_ms,
+                    "runtime_free_kv": (await one(w, "prompt_prefix_cache", facts)).ttft_ms,
                     "vllm_server": (await _peer_request(
                         http, url, model, ids, 1, True, time.perf_counter()))[0],
                 }  # fmt: skip
@@ -134,12 +137,17 @@ def peer_table(result: dict[str, Any]) -> str:
         return ""
     by = {(r["k"], r["side"]): r["ttft_ms"]["median"] for r in data["ttft"]}
     lines = [
-        "| k | runtime prompt ms | vLLM server ms | prompt - server ms | runtime kv ms |",
-        "|---|---|---|---|---|",
+        "| k | runtime prompt ms | vLLM server ms | prompt - server ms | runtime kv ms "
+        "| free KV ms | kv - free KV ms |",
+        "|---|---|---|---|---|---|---|",
     ]
     for k in sorted({r["k"] for r in data["ttft"]}):
         ours, theirs, kv = by[(k, "runtime_prompt")], by[(k, "vllm_server")], by[(k, "runtime_kv")]
-        lines.append(f"| {k} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | {kv:.2f} |")
+        free = by.get((k, "runtime_free_kv"))  # (absent from runs before it was measured)
+        cells = f"{free:.2f} | {kv - free:+.2f}" if free is not None else "- | -"
+        lines.append(
+            f"| {k} | {ours:.2f} | {theirs:.2f} | {ours - theirs:+.2f} | {kv:.2f} | {cells} |"
+        )
     lines += [
         "",
         "| users | k | runtime kv req/s | vLLM server req/s (facts as text) | ratio |",
