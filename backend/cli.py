@@ -33,10 +33,13 @@ def run_api(args: argparse.Namespace) -> int:
     import uvicorn
 
     from backend.core.config import get_settings
+    from backend.resources import index_device_error
 
     try:
         settings = get_settings()
         settings.refuse_exposed_placeholders(settings.api_host)
+        if problem := index_device_error(settings):
+            raise ValueError(problem)
     except ValueError as exc:  # pydantic's ValidationError is one
         return cannot_start("api", exc)
     # Keep-alive longer than clients' pools keep idle connections (aiohttp 15 s, httpx 5 s): a

@@ -15,7 +15,7 @@ from backend.core.config import Settings, get_settings
 from backend.jobs.pipeline.broker import send_to_broker
 from backend.jobs.pipeline.outbox import Send
 from backend.retrieval.embedder import Embedder, get_embedder
-from backend.retrieval.index import FactIndex
+from backend.retrieval.index import FactIndex, gpu_available
 from backend.retrieval.keyword import KeywordCache
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
@@ -24,6 +24,14 @@ from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
 
 EMBEDDING_DIM = 384  # MiniLM-L6
+
+
+def index_device_error(settings: Settings) -> str | None:
+    """Why this process cannot build its retrieval index as configured, if it cannot (checked
+    at start-up: a process that cannot start says why)."""
+    if settings.index_on_gpu and not gpu_available():
+        return "INFERSCALE_INDEX_ON_GPU is set, but this FAISS build has no GPU support or no GPU"
+    return None
 
 
 @dataclass

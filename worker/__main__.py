@@ -18,8 +18,10 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         from backend.core.config import get_settings
+        from backend.resources import index_device_error
 
-        get_settings()
+        if problem := index_device_error(get_settings()):
+            raise ValueError(problem)
     except ValueError as exc:  # pydantic's ValidationError is one
         print(f"inferscale {args[0]}: cannot start: {one_line_reason(exc)}", file=sys.stderr)
         return EXIT_CANNOT_START

@@ -50,3 +50,12 @@ def test_migrations_against_an_unreachable_database() -> None:
     assert done.returncode == 2
     assert "inferscale migrate: cannot start:" in _one_line(done.stderr)
     assert "Connection refused" in done.stderr
+
+
+@pytest.mark.parametrize("command", [["backend.cli", "api"], ["worker", "worker"]])
+def test_an_index_on_a_gpu_this_host_lacks(command: list[str]) -> None:
+    done = _start(command, INFERSCALE_INDEX_ON_GPU="1")  # CI's FAISS is the CPU build
+    assert done.returncode == 2
+    assert "INFERSCALE_INDEX_ON_GPU is set, but this FAISS build has no GPU" in _one_line(
+        done.stderr
+    )
