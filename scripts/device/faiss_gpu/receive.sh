@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On the device: keep the FAISS GPU carry N (of 3, staged by stage.sh) in /root/stage/faiss, where
+# On the device: keep the FAISS GPU carry N (of 4, staged by stage.sh) in /root/stage/faiss, where
 # `platform_bench.sh faiss` finds it (a carried path does not outlive the next call's carry).
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
