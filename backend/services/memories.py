@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -35,6 +35,16 @@ from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 class SearchHit:
     fact: Fact
     score: float
+
+
+class _Owned(Protocol):
+    @property
+    def id(self) -> int: ...
+    @property
+    def user_id(self) -> int: ...
+
+
+_Row = TypeVar("_Row", bound=_Owned)  # a fact as some repository method reads it
 
 
 @dataclass(frozen=True)
@@ -177,16 +187,8 @@ class MemoryService:
         """``search_vector`` with the query's vector asked for only once the user's index is
         ready: its embedding (on the runtime, or in another thread) overlaps the lookups. With
         the ``query``'s text the dense ranking is fused with the keyword one (``keyword.py``)."""
-        user, hits = self._ranked(user_external_id, vector_of, top_k, query)
-        if user is None:
-            return []
-        facts = {f.id: f for f in self.facts.many_by_row([row_id for row_id, _ in hits])}
-        # Only live facts of this tenant and user come back, whatever the index holds.
-        return [
-            SearchHit(facts[i], score)
-            for i, score in hits
-            if i in facts and facts[i].user_id == user.id
-        ]
+        hits = self._hits(user_external_id, vector_of, top_k, query, self.facts.many_by_row)
+        return [SearchHit(fact, score) for fact, score in hits]
 
     def briefs_when_ready(
         self,
@@ -196,32 +198,30 @@ class MemoryService:
         query: str | None = None,
     ) -> list[BriefHit]:
         """``search_when_ready`` for a chat: the hits as ``FactBrief`` s (name and text)."""
-        user, hits = self._ranked(user_external_id, vector_of, top_k, query)
-        if user is None:
-            return []
-        facts = {f.id: f for f in self.facts.briefs_by_row([row_id for row_id, _ in hits])}
-        return [
-            BriefHit(facts[i], score)
-            for i, score in hits
-            if i in facts and facts[i].user_id == user.id
-        ]
+        hits = self._hits(user_external_id, vector_of, top_k, query, self.facts.briefs_by_row)
+        return [BriefHit(fact, score) for fact, score in hits]
 
-    def _ranked(
+    def _hits(
         self,
         user_external_id: str,
         vector_of: Callable[[], npt.NDArray[np.float32]],
         top_k: int,
         query: str | None,
-    ) -> tuple[EndUser | None, list[tuple[int, float]]]:
-        """The user and the index's (row id, score) hits, best first."""
+        load: Callable[[list[int]], list[_Row]],
+    ) -> list[tuple[_Row, float]]:
+        """The user's hits, best first, each row as ``load`` reads it."""
         user = self.users.get(user_external_id)
         if user is None:
-            return None, []
+            return []
         key = self._ensure_index(user)
         keywords = self.ctx.index.keywords
         if query is None or keywords is None or keywords.weight <= 0:
-            return user, self.ctx.index.search(key, vector_of(), top_k)
-        return user, self._fused(user, key, vector_of(), query, top_k, keywords)
+            ranked = self.ctx.index.search(key, vector_of(), top_k)
+        else:
+            ranked = self._fused(user, key, vector_of(), query, top_k, keywords)
+        rows = {row.id: row for row in load([row_id for row_id, _ in ranked])}
+        # Only live facts of this tenant and user come back, whatever the index holds.
+        return [(rows[i], score) for i, score in ranked if i in rows and rows[i].user_id == user.id]
 
     # ---- encoding ------------------------------------------------------------------------
     def schedule_encoding(self, facts: list[Fact]) -> None:

@@ -8,8 +8,11 @@
 #   bash scripts/device/platform_bench.sh locomo    # real SmolLM2 bf16: the dev set (all 1,347
 #                                                   # questions) at k = 5, 20, 50 in kv (w=0), hybrid
 #                                                   # and prompt modes, over the API's fused retrieval
+#   bash scripts/device/platform_bench.sh locomo-fp8 # the same with FP8 facts, compared question
+#                                                   # by question with the committed bf16 run
 #   bash scripts/device/platform_bench.sh faiss     # FAISS's GPU build: the index tests on the
-#                                                   # GPU, CPU vs GPU search times (carry .device/faiss)
+#                                                   # GPU, CPU vs GPU search times (after the four
+#                                                   # scripts/device/faiss_gpu carries)
 # serve: the Llama-3.1-8B shape with dummy weights (SmolLM2's vocabulary: the same tokenizer
 # streams text through both stacks); the platform (Postgres, Redis, migrations, the runtime, the
 # API with 4 workers, a Celery worker and beat) and vLLM's own OpenAI server beside it (0.42 of
@@ -66,6 +69,18 @@ case ${1:-} in
       > "$res/locomo.log" 2>&1 || echo "eval exit $?"
     tail -45 "$res/locomo.log"
     ;;
+  locomo-fp8)
+    # Issue 28's FP8 decision: the same dev-set run with FP8 (e4m3) facts over the bf16 cache,
+    # then question by question against the committed bf16 run (docs/results/locomo-h200/).
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
+      --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
+      --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 --modes kv,hybrid,prompt \
+      --recompute 2 --hybrid-ks "${KS:-5,20,50}" --hybrid-windows 0 --fact-kv-dtype fp8_e4m3 \
+      --out "$res/locomo" > "$res/locomo.log" 2>&1 || echo "eval exit $?"
+    gzip -dc docs/results/locomo-h200/eval.json.gz > /tmp/bf16-eval.json
+    python3 -m evals compare /tmp/bf16-eval.json "$res/locomo/eval.json" \
+      --names "bf16 facts,fp8 facts" --out "$res/compare.md"
+    ;;
   faiss)
     # PyPI's faiss-gpu-cu12 1.9.0.0 (received by scripts/device/faiss_gpu/receive.sh) with its
     # CUDA 12 runtime, NumPy 1.26 and cuBLAS 12 forwarded to the image's cuBLAS 13 (stage.sh says
@@ -86,7 +101,7 @@ case ${1:-} in
       2>&1 | tee -a "$res/faiss-tests.log" | tail -25
     python3 -m bench.serve.faiss_search --out "$res/faiss-search-h200.json"
     ;;
-  *) sed -n 2,18p "$0"; exit 2 ;;
+  *) sed -n 2,23p "$0"; exit 2 ;;
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null
