@@ -1,8 +1,9 @@
 """Shared fixtures: scratch Postgres databases, a real Celery worker, one runtime service.
 
-The whole session uses its own Redis database, its own migrated Postgres database, its own KV
-store directory and its own runtime service process (``python -m gpu_runtime serve``: vLLM-CPU
-with its engine core and worker in processes of their own), all set up through the environment
+The whole session uses its own Redis databases (claimed: tests/redis_dbs.py), its own migrated
+Postgres database, its own KV store directory and its own runtime service process (``python -m
+gpu_runtime serve``: vLLM-CPU with its engine core and worker in processes of their own), all
+set up through the environment
 here, before any settings are read, so test runs never touch a developer's data and parallel
 runs do not collide. The runtime starts in the background as soon as the tests that need it are
 collected: its ~40 s start overlaps the unit tests.
@@ -23,6 +24,7 @@ from typing import Any
 import pytest
 
 from gpu_runtime.client.launch import RuntimeProcess, free_port
+from tests import redis_dbs
 from tests.databases import create_database, database_url, drop_database, migrate
 from tests.support import ADMIN, SERVICE_TOKEN, EngineHarness, TenantHandle
 
@@ -32,7 +34,12 @@ SESSION_DB = f"inferscale_test_{uuid.uuid4().hex[:10]}"
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ["INFERSCALE_ENV"] = "test"
 os.environ["DATABASE_URL"] = database_url(SESSION_DB)
-os.environ.setdefault("REDIS_URL", "redis://127.0.0.1:6379/9")
+# The session's broker and three spares, claimed (tests/redis_dbs.py): concurrent sessions on
+# one machine would otherwise share queues. An explicit REDIS_URL is used as given.
+_REDIS_BASE = os.environ.get("INFERSCALE_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_CLAIMED = redis_dbs.claim(_REDIS_BASE, 3 if "REDIS_URL" in os.environ else 4)
+os.environ.setdefault("REDIS_URL", REDIS_CLAIMED[0])
+os.environ[redis_dbs.SPARES_VAR] = ",".join(REDIS_CLAIMED[-3:])
 os.environ["INFERSCALE_KV_STORE_DIR"] = KV_DIR = tempfile.mkdtemp(prefix="inferscale-test-kv-")
 # A KV pool far below what the engine tests encode (23-46 KiB of SmolLM2 KV per token): engine
 # tests inject facts that were evicted to host DRAM or disk and loaded back. The host tier is
@@ -75,6 +82,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_sessionfinish() -> None:
     RUNTIME.stop()
+    redis_dbs.release(REDIS_CLAIMED)
 
 
 @pytest.fixture
@@ -104,9 +112,8 @@ def migrated_database() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 def redis_clean() -> None:
-    import redis
 
-    redis.Redis.from_url(os.environ["REDIS_URL"]).flushdb()
+    redis_dbs.flush(os.environ["REDIS_URL"])
 
 
 @pytest.fixture(scope="session")

@@ -10,8 +10,8 @@ import textwrap
 from typing import Any
 
 import pytest
-import redis
 
+from tests.redis_dbs import flush, spare_redis_url
 from tests.support import ADMIN_KEY
 
 pytestmark = pytest.mark.engine
@@ -44,12 +44,12 @@ PROBE = textwrap.dedent(
 def test_api_and_worker_serve_without_torch_or_vllm(api: Any) -> None:
     # The probe runs the worker's job itself: its broker is a Redis database no worker consumes,
     # so the session's Celery worker cannot encode the fact first (the job would find it done).
-    broker = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/10"
-    redis.Redis.from_url(broker).flushdb()
+    broker = spare_redis_url(0)
+    flush(broker)
     result = subprocess.run(
         [sys.executable, "-c", PROBE % {"admin": ADMIN_KEY}],
         capture_output=True, text=True, timeout=300, env={**os.environ, "REDIS_URL": broker},
     )  # fmt: skip
-    redis.Redis.from_url(broker).flushdb()
+    flush(broker)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == "", f"loaded: {result.stdout.strip()}"

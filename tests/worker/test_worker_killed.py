@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-import redis
 
 from backend.core.paths import locomo_dir
 from gpu_runtime.client.launch import RuntimeProcess, free_port
 from tests.processes import api_args, logs, spawn, wait_healthy, worker_args
+from tests.redis_dbs import flush, spare_redis_url
 from tests.support import ADMIN
 
 pytestmark = [pytest.mark.broker, pytest.mark.db]
@@ -29,11 +29,11 @@ VISIBILITY_S = 10
 
 @pytest.fixture
 def env(migrated_database: str, runtime_server: RuntimeProcess) -> Iterator[dict[str, str]]:
-    broker = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/12"  # this test's queues only
-    redis.Redis.from_url(broker).flushdb()
+    broker = spare_redis_url(2)  # this test's queues only
+    flush(broker)
     yield {**os.environ, "REDIS_URL": broker,
            "INFERSCALE_TASK_VISIBILITY_TIMEOUT_S": str(VISIBILITY_S)}  # fmt: skip
-    redis.Redis.from_url(broker).flushdb()
+    flush(broker)
 
 
 def _job(http: httpx.Client, job_id: str, auth: dict[str, str]) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from schemathesis.specs.openapi.checks import (
 from gpu_runtime.client.launch import RuntimeProcess, free_port
 from tests.databases import REPO, create_database, drop_database, migrate
 from tests.processes import api_args, spawn, wait_healthy
+from tests.redis_dbs import spare_redis_url
 from tests.support import ADMIN_KEY
 
 pytestmark = [pytest.mark.db, pytest.mark.engine]
@@ -45,7 +46,7 @@ def fuzzed_api(runtime_server: RuntimeProcess) -> Iterator[dict[str, str]]:
     url = create_database(name)
     migrate(url)
     port = free_port()
-    broker = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/11"
+    broker = spare_redis_url(1)
     env = {**os.environ, "DATABASE_URL": url, "REDIS_URL": broker}
     server = spawn(api_args(port, "warning"), env, REPO / f".pytest-fuzz-{port}.log")
     base = f"http://127.0.0.1:{port}"
