@@ -15,6 +15,13 @@ been served least: its counter, the tokens it was served (prefill and decode, we
 by its weight. A tenant that starts waiting is lifted to the smallest counter among tenants
 already waiting, so idle time is never banked into a burst later.
 
+Contention that begins while a tenant alone holds more than ``slots`` (admitted up to ``wide``)
+would otherwise leave the newcomer in that tenant's whole batch until it drains (on a CPU, many
+steps of a batch of forty). So the tenant's youngest preemptible requests over the cap are asked
+to give their slots back (``Lease.yield_now``): the runtime stops each one in the engine and
+resumes it from the tokens it has generated (vLLM's own recompute preemption, done at the gate),
+first in its tenant's queue and charged nothing twice.
+
 Pure bookkeeping on the event loop: no torch, no vLLM, unit-testable.
 """
 
@@ -33,6 +40,16 @@ PREFILL_WEIGHT = 1.0  # a prompt token's cost to the counter
 DECODE_WEIGHT = 2.0  # a generated token's: a step each, where prompt tokens share one
 
 
+@dataclass(eq=False)
+class Lease:
+    """One admitted request's hold on an engine slot."""
+
+    share: TenantShare
+    preemptible: bool  # the runtime can stop it and resume it from its tokens
+    admitted_at: float
+    yield_now: bool = False  # asked to give the slot back (contention began; over the cap)
+
+
 @dataclass
 class TenantShare:
     """One tenant's side of the gate (what ``/metrics`` and the stats show)."""
@@ -47,6 +64,8 @@ class TenantShare:
     prefill_tokens: int = 0
     decode_tokens: int = 0
     last_active: float = 0.0  # time.monotonic() of its last admission or finish
+    leases: list[Lease] = field(default_factory=list)  # its requests in the engine
+    preempted: int = 0  # requests that gave their slot back (and came again, resumed)
 
 
 class FairGate:
@@ -99,45 +118,81 @@ class FairGate:
         self.slots = slots
         self.wide = max(self.wide, slots)
         self._fill()
+        self._preempt()
 
     @asynccontextmanager
     async def slot(
-        self, tenant: TenantId, prompt_tokens: int, weight: float | None = None
-    ) -> AsyncIterator[TenantShare]:
+        self,
+        tenant: TenantId,
+        prompt_tokens: int,
+        weight: float | None = None,
+        *,
+        preemptible: bool = False,
+        resumed: bool = False,
+    ) -> AsyncIterator[Lease]:
         """Holds one engine slot for ``tenant`` while the body runs; the prompt is charged on
         admission, generated tokens through ``charge_decode``. ``weight``: the tenant's share
-        as its request says (the API sends the tenant's own), else as last set."""
+        as its request says (the API sends the tenant's own), else as last set.
+        ``preemptible``: the caller honours ``Lease.yield_now``; ``resumed``: a request that
+        gave its slot back comes again (first in its tenant's queue, its prompt not charged)."""
         if weight is not None:
             self.set_weight(tenant, weight)
         share = self.share(tenant)
+        if resumed:
+            share.preempted += 1
         idle_tenant = share.running == 0 and not share.waiting
         if (self.running < self.cap and not self.waiting) or idle_tenant:
             self.running += 1
         else:
-            await self._wait(tenant, share)
+            await self._wait(tenant, share, first=resumed)
+        lease = Lease(share, preemptible, time.monotonic())
         share.running += 1
-        share.admitted += 1
-        share.last_active = time.monotonic()
-        self._charge(share, prompt_tokens * PREFILL_WEIGHT)
-        share.prefill_tokens += prompt_tokens
+        share.leases.append(lease)
+        share.last_active = lease.admitted_at
+        if not resumed:
+            share.admitted += 1
+            self._charge(share, prompt_tokens * PREFILL_WEIGHT)
+            share.prefill_tokens += prompt_tokens
+        self._preempt()
         try:
-            yield share
+            yield lease
         finally:
             share.running -= 1
+            share.leases.remove(lease)
             share.last_active = time.monotonic()
             self._release()
 
-    def charge_decode(self, share: TenantShare, tokens: int) -> None:
-        share.decode_tokens += tokens
-        self._charge(share, tokens * DECODE_WEIGHT)
+    def charge_decode(self, lease: Lease, tokens: int) -> None:
+        lease.share.decode_tokens += tokens
+        self._charge(lease.share, tokens * DECODE_WEIGHT)
 
-    async def _wait(self, tenant: TenantId, share: TenantShare) -> None:
+    def _preempt(self) -> None:
+        """While tenants contend, none holds more than ``slots``: a tenant over it (admitted
+        when it was alone) has its youngest preemptible requests over it give their slots
+        back."""
+        if not self.contended:
+            return
+        for share in self.tenants.values():
+            staying = [lease for lease in share.leases if not lease.yield_now]
+            over = len(staying) - self.slots
+            movable = sorted(
+                (lease for lease in staying if lease.preemptible),
+                key=lambda lease: lease.admitted_at,
+                reverse=True,
+            )
+            for lease in movable[: max(over, 0)]:
+                lease.yield_now = True
+
+    async def _wait(self, tenant: TenantId, share: TenantShare, first: bool = False) -> None:
         if not share.waiting:  # starts waiting: lifted to the least-served waiting tenant
             floor = [s.counter for s in self.tenants.values() if s.waiting]
             if floor:
                 share.counter = max(share.counter, min(floor))
         ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        share.waiting.append(ticket)
+        if first:
+            share.waiting.appendleft(ticket)
+        else:
+            share.waiting.append(ticket)
         queued = time.perf_counter()
         try:
             await ticket  # the slot was handed over with the ticket (``running`` counts it)
@@ -176,6 +231,7 @@ class FairGate:
                 "admitted": s.admitted,
                 "queued": s.queued,
                 "queue_wait_s": round(s.wait_s, 3),
+                "preempted": s.preempted,
                 "prefill_tokens": s.prefill_tokens,
                 "decode_tokens": s.decode_tokens,
             }

@@ -41,6 +41,20 @@ class Sampling:
     frequency_penalty: float = 0.0
     structured: Structured | None = None
 
+    @property
+    def resumable(self) -> bool:
+        """Whether a request can be stopped and resumed from its tokens with the outcome of
+        running on (the fair gate's preemption): not when its sampling depends on what it
+        generated before (a seed's random stream, penalties over the output, a grammar's
+        state, stop strings across the cut)."""
+        return (
+            self.seed is None
+            and not self.stop
+            and self.structured is None
+            and self.presence_penalty == 0.0
+            and self.frequency_penalty == 0.0
+        )
+
 
 @dataclass(frozen=True)
 class Generation:

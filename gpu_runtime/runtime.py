@@ -134,13 +134,14 @@ class InjectionRuntime:
         completion = cached = injected = 0
         finish: str | None = None
         async for output in self._run(
-            tenant, request.token_ids, salt, sampling, params, request.weight
+            tenant, request.token_ids, salt, sampling, params, request.weight, sampling.resumable
         ):
             best = output.outputs[0]
             if best.token_ids and first is None:
                 first = time.perf_counter()
             completion += len(best.token_ids)
-            cached = int(output.num_cached_tokens or 0)
+            # (a resumed request's prompt holds its generated tokens too: counted up to the prompt)
+            cached = min(int(output.num_cached_tokens or 0), prompt_tokens)
             logprobs = None
             if sampling.logprobs is not None and best.logprobs:
                 logprobs = tuple(
@@ -280,20 +281,40 @@ class InjectionRuntime:
         sampling: Sampling,
         params: dict[str, Any] | None,
         weight: float | None = None,
+        preemptible: bool = False,
     ) -> AsyncIterator[Any]:
+        """vLLM's delta outputs for one request, through the fair gate. A ``preemptible``
+        request asked to give its slot back (``Lease.yield_now``) is stopped in the engine and
+        resumed from its prompt and the tokens it generated: the stream goes on where it was."""
         refused = refusal_errors()
-        vllm_params = sampling_params(sampling, self.detokenize, params)
-        prompt = {"prompt_token_ids": list(token_ids), "cache_salt": salt}
-        request_id = f"isr-{self._prefix}-{next(self._ids)}"
+        generated: list[int] = []
+        resumed = False
         try:
-            # Closed explicitly: a client that goes away aborts its request in the engine now.
-            async with (
-                self.gate.slot(tenant, len(token_ids), weight) as share,
-                aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream,
-            ):
-                async for output in stream:
-                    self.gate.charge_decode(share, len(output.outputs[0].token_ids))
-                    yield output
+            while True:
+                rest = sampling.max_tokens - len(generated)
+                left = dataclasses.replace(sampling, max_tokens=rest)
+                vllm_params = sampling_params(left, self.detokenize, dict(params or {}) or None)
+                prompt = {"prompt_token_ids": [*token_ids, *generated], "cache_salt": salt}
+                request_id = f"isr-{self._prefix}-{next(self._ids)}"
+                gave_back = False
+                # Closed explicitly: a client that goes away aborts its request in the engine now.
+                async with (
+                    self.gate.slot(
+                        tenant, len(token_ids), weight, preemptible=preemptible, resumed=resumed
+                    ) as lease,
+                    aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream,
+                ):
+                    async for output in stream:
+                        new = output.outputs[0].token_ids
+                        self.gate.charge_decode(lease, len(new))
+                        generated.extend(new)
+                        yield output
+                        if lease.yield_now and not output.finished:
+                            gave_back = True
+                            break
+                if not gave_back:
+                    return
+                resumed = True
         except (asyncio.CancelledError, GeneratorExit):
             raise
         except refused as exc:  # vLLM refused the request (e.g. a schema it cannot use)

@@ -237,7 +237,8 @@ class StatsResult(BaseModel):
     workers: list[dict[str, Any]]  # per rank: residency per tier, counters, load latency
     epoch: int  # the tenant's prefix-cache epoch (0 when no tenant is named)
     # Per tenant (only the named one when a tenant is named): its side of the engine's fair
-    # queue: running, waiting, admitted, queued, queue_wait_s, tokens served, counter, weight.
+    # queue: running, waiting, admitted, queued, queue_wait_s, preempted, tokens served, counter,
+    # weight.
     fairness: dict[str, dict[str, float]] = {}
 
 

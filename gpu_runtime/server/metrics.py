@@ -40,6 +40,7 @@ class _FairnessCollector:
         "admitted": ("counter", "Requests admitted to the engine"),
         "queued": ("counter", "Admissions that waited for a slot"),
         "queue_wait_s": ("counter", "Seconds admissions waited for a slot, in total"),
+        "preempted": ("counter", "Requests that gave their slot back when contention began"),
         "prefill_tokens": ("counter", "Prompt tokens served"),
         "decode_tokens": ("counter", "Generated tokens served"),
     }

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from gpu_runtime.fairness import FairGate
+from gpu_runtime.fairness import FairGate, Lease
 from gpu_runtime.types import TenantId
 
 pytestmark = pytest.mark.unit
@@ -16,10 +16,10 @@ A, B = TenantId("tenant-a"), TenantId("tenant-b")
 
 async def _serve(gate: FairGate, tenant: TenantId, order: list[str], hold: asyncio.Event,
                  tokens: int = 10) -> None:  # fmt: skip
-    async with gate.slot(tenant, prompt_tokens=tokens) as share:
+    async with gate.slot(tenant, prompt_tokens=tokens) as lease:
         order.append(tenant.value)
         await hold.wait()
-        gate.charge_decode(share, tokens)
+        gate.charge_decode(lease, tokens)
 
 
 def test_an_idle_gate_admits_at_once_up_to_its_slots() -> None:
@@ -142,8 +142,8 @@ def test_resizing_the_gate_admits_waiters_at_once_or_drains_to_the_new_size() ->
 def test_a_requests_weight_sets_its_tenants_share() -> None:
     async def run() -> None:
         gate = FairGate(slots=1)
-        async with gate.slot(B, prompt_tokens=100, weight=4.0) as share:
-            assert share.weight == 4.0
+        async with gate.slot(B, prompt_tokens=100, weight=4.0) as lease:
+            assert lease.share.weight == 4.0
         assert gate.share(B).counter == 25.0  # 100 prompt tokens at weight 4
 
     asyncio.run(run())
@@ -202,5 +202,86 @@ def test_when_contention_ends_the_waiting_take_the_whole_batch_again() -> None:
         assert gate.running == 4
         hold.set()
         await asyncio.gather(*flood)
+
+    asyncio.run(run())
+
+
+async def _resumable(gate: FairGate, tenant: TenantId, order: list[str], hold: asyncio.Event,
+                     leases: list[Lease]) -> None:  # fmt: skip
+    """What the runtime does with a preemptible request: it gives its slot back when asked and
+    comes again, resumed, until it finishes in a slot it keeps."""
+    resumed = False
+    while True:
+        async with gate.slot(tenant, 10, preemptible=True, resumed=resumed) as lease:
+            leases.append(lease)
+            order.append(f"{tenant.value}{'-resumed' if resumed else ''}")
+            while not hold.is_set() and not lease.yield_now:
+                await asyncio.sleep(0.001)
+            if not lease.yield_now:
+                return
+        resumed = True
+
+
+def test_contention_takes_back_the_slots_a_tenant_alone_held_over_the_cap() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=2, wide=6, recent_s=60), asyncio.Event()
+        order: list[str] = []
+        leases: list[Lease] = []
+        flood = [asyncio.create_task(_resumable(gate, A, order, hold, leases)) for _ in range(6)]
+        await asyncio.sleep(0.01)
+        assert gate.running == 6  # alone: the whole batch
+        first_six = list(leases)
+        b_hold = asyncio.Event()
+        light = asyncio.create_task(_serve(gate, B, order, b_hold))
+        await asyncio.sleep(0.01)
+        # B went straight in; A's four youngest gave their slots back and wait first in line
+        assert [lease.yield_now for lease in first_six] == [False] * 2 + [True] * 4
+        assert gate.share(A).running == 2 and gate.share(A).preempted == 4
+        assert len(gate.share(A).waiting) == 4 and gate.running == 3
+        b_hold.set()
+        await light
+        hold.set()
+        await asyncio.gather(*flood)
+        a = gate.snapshot()["tenant-a"]
+        assert a["admitted"] == 6 and a["prefill_tokens"] == 60  # resumed: charged nothing twice
+        assert order.count("tenant-a-resumed") == 4 and gate.running == 0
+
+    asyncio.run(run())
+
+
+def test_requests_that_cannot_be_resumed_keep_their_slots() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=1, wide=4, recent_s=60), asyncio.Event()
+        order: list[str] = []
+        flood = [asyncio.create_task(_serve(gate, A, order, hold)) for _ in range(4)]
+        await asyncio.sleep(0)
+        light = asyncio.create_task(_serve(gate, B, order, hold))
+        await asyncio.sleep(0)
+        assert gate.share(A).preempted == 0 and gate.running == 5  # they drain instead
+        hold.set()
+        await asyncio.gather(*flood, light)
+
+    asyncio.run(run())
+
+
+def test_a_resumed_request_goes_before_its_tenants_other_waiting_requests() -> None:
+    async def run() -> None:
+        gate, hold = FairGate(slots=1, wide=2, recent_s=60), asyncio.Event()
+        order: list[str] = []
+        leases: list[Lease] = []
+        flood = [asyncio.create_task(_resumable(gate, A, order, hold, leases)) for _ in range(2)]
+        await asyncio.sleep(0.01)
+        queued = asyncio.create_task(_serve(gate, A, order, hold))  # waits: 2 of 2 taken
+        await asyncio.sleep(0.01)
+        b_hold = asyncio.Event()
+        light = asyncio.create_task(_serve(gate, B, order, b_hold))
+        await asyncio.sleep(0.01)
+        assert gate.share(A).preempted == 1
+        b_hold.set()
+        await light
+        hold.set()
+        await asyncio.gather(*flood, queued)
+        assert order.index("tenant-a-resumed") < len(order) - 1  # before the queued one
+        assert order[-1] == "tenant-a"
 
     asyncio.run(run())
