@@ -26,6 +26,7 @@ FACTS = [
     "The user works as a nurse on night shifts.", "The user's sister is called Ana.",
     "The user is allergic to peanuts.", "The user plays the cello on Sundays.",
 ]  # fmt: skip
+QUIET_S = 2.0  # longer than the gate's memory of a recently active tenant (recent_s: 1 s)
 QUESTIONS = ["What is my locker code?", "Where do I live?", "What is my dog's name?",
              "What do I do for work?", "What am I allergic to?"]  # fmt: skip
 
@@ -42,6 +43,7 @@ class Phase:
     b_limited: int = 0
     seconds: float = 0.0
     gate: dict[str, Any] = field(default_factory=dict)
+    preempted: int = 0  # requests the gate took back (and resumed) during the phase
 
     def row(self) -> dict[str, Any]:
         served = self.a_served + len(self.b_latency_ms)
@@ -50,7 +52,8 @@ class Phase:
             "b_ttft_ms": _summary(self.b_ttft_ms), "a_served": self.a_served,
             "a_429": self.a_limited, "a_retry_after_s": _summary(self.a_retry_after),
             "b_429": self.b_limited, "5xx": self.server_errors, "seconds": round(self.seconds, 2),
-            "requests_per_s": served / self.seconds if self.seconds else 0.0, "gate": self.gate,
+            "requests_per_s": served / self.seconds if self.seconds else 0.0,
+            "preempted": self.preempted, "gate": self.gate,
         }  # fmt: skip
 
 
@@ -185,16 +188,25 @@ class FairnessBench:
                     phase.server_errors += 1
                 i += users
 
+        # Quiet first, so that A floods alone (the engine's whole batch) and B's arrival is the
+        # moment contention begins: the transition the gate has to handle, in every phase.
+        await asyncio.sleep(QUIET_S)
+        preempted = _preempted(self.gate())
         started = time.perf_counter()
         flood = [asyncio.create_task(a_user(u)) for u in range(users)]
         await asyncio.sleep(1.0)  # the flood is on before B's first request
         for i in range(b_requests):
             await self._b(sdks["B"], phase, i)
         phase.gate = self.gate()
+        phase.preempted = _preempted(phase.gate) - preempted
         flooding = False
         await asyncio.gather(*flood)
         phase.seconds = time.perf_counter() - started
         return phase
+
+
+def _preempted(gate: dict[str, Any]) -> int:
+    return int(sum(t.get("preempted", 0) for t in gate.get("tenants", {}).values()))
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -209,15 +221,15 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['max_tokens']} tokens, streamed.",
         "",
         "| phase | B latency p50 (p95) ms | B p50 / idle | B p95 / idle | B TTFT p50 ms | "
-        "A served | A 429s | 5xx | req/s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "A served | A 429s | A preempted | 5xx | req/s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b = r["b_latency_ms"]
         lines.append(
             f"| {r['phase']} | {b['median']:.1f} ({b['p95']:.1f}) | {b['median'] / idle:.2f}x | "
             f"{b['p95'] / idle95:.2f}x | {r['b_ttft_ms']['median']:.1f} | {r['a_served']} | "
-            f"{r['a_429']} | {r['5xx']} | {r['requests_per_s']:.2f} |"
+            f"{r['a_429']} | {r.get('preempted', 0)} | {r['5xx']} | {r['requests_per_s']:.2f} |"
         )
     open_rate = rows[-1]["requests_per_s"]
     if len(rows) >= 3 and open_rate:

@@ -32,4 +32,4 @@ def test_fairness_bench_measures_both_tenants_in_three_phases(
     assert bench.gate()["slots"] == before  # the bench puts the gate back
     text = markdown({"model": "m", "device": "cpu", "users": 3, "b_requests": 2, "k": 5,
                      "mode": "kv", "max_tokens": 2, "phases": phases})  # fmt: skip
-    assert "B p50 / idle" in text
+    assert "B p50 / idle" in text and "A preempted" in text
