@@ -19,6 +19,7 @@ from backend.retrieval.index import FactIndex, gpu_available
 from backend.retrieval.keyword import KeywordCache
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
+from backend.services.credentials import CredentialCache
 from backend.services.query_embedding import QueryEmbedder
 from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
@@ -55,6 +56,12 @@ class Resources:
     def limiter(self) -> RateLimiter:
         """Per-tenant limits in Redis (the API's; connects on first use)."""
         return RateLimiter(self.settings.redis_url, self.settings.rate_limit_window_s)
+
+    @functools.cached_property
+    def credentials(self) -> CredentialCache:
+        """Resolved API keys, invalidated through Redis (the limiter's connection)."""
+        s = self.settings
+        return CredentialCache(self.limiter.redis, s.auth_cache_entries, s.auth_cache_ttl_s)
 
     @functools.cached_property
     def queries(self) -> QueryEmbedder:

@@ -13,11 +13,13 @@ from sqlalchemy.orm import Session
 
 from backend.api.metrics import TENANT_REQUESTS
 from backend.core.config import Settings
-from backend.db.session import commit, session_factory
+from backend.core.security import hash_api_key
+from backend.db.session import commit, read_session_factory, session_factory
 from backend.errors import ForbiddenError, NotFoundError, RateLimitedError, UnauthorizedError
 from backend.repositories.tenants import ApiKeyRepository, LimitOverrides, TenantRepository
 from backend.resources import Resources
 from backend.services.context import TenantContext
+from backend.services.credentials import Credential
 from backend.services.rate_limits import Admission, TenantLimits
 from backend.services.tenants import TenantService
 from gpu_runtime.types import TenantId
@@ -51,6 +53,15 @@ def get_session() -> Iterator[Session]:
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
+def get_read_session() -> Iterator[Session]:
+    """A session for a request that only reads (a chat): no transaction round trips."""
+    with read_session_factory()() as session:
+        yield session
+
+
+ReadSessionDep = Annotated[Session, Depends(get_read_session)]
+
+
 @dataclass(frozen=True)
 class Caller:
     scope: str  # "admin" | "tenant"
@@ -74,22 +85,31 @@ def _presented_key(
 
 def get_caller(
     session: SessionDep,
-    settings: SettingsDep,
+    resources: ResourcesDep,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Caller:
     key = _presented_key(credentials, authorization)
     if key is None:
         raise UnauthorizedError("missing 'Authorization: Bearer <api key>' (or 'Token <api key>')")
+    settings = resources.settings
     if key == settings.admin_api_key:
         return Caller("admin", None)
+    cache = resources.credentials
+    key_hash = hash_api_key(key, settings.api_key_pepper)
+    generation = cache.generation()  # read before the lookup (services/credentials.py)
+    cached = cache.get(key_hash, generation)
+    if cached is not None:
+        return Caller(cached.scope, cached.tenant_id, cached.limits)
     try:
-        return _tenant_caller(session, settings, key)
+        caller = _tenant_caller(session, settings, key)
     finally:
         # Authentication only reads: end its transaction now, so the connection goes back to
         # the pool while the request waits for a worker thread (at 100 concurrent chats each
         # request held one from authentication to its commit: the pool ran dry, 503s).
         session.rollback()
+    cache.put(key_hash, Credential(caller.scope, caller.tenant_id, caller.limits), generation)
+    return caller
 
 
 def _tenant_caller(session: Session, settings: Settings, key: str) -> Caller:
@@ -162,6 +182,16 @@ def get_tenant_context(
 TenantContextDep = Annotated[TenantContext, Depends(get_tenant_context)]
 
 
+def get_read_tenant_context(
+    session: ReadSessionDep, tenant: TenantDep, resources: ResourcesDep
+) -> TenantContext:
+    """A tenant's context for a request that only reads (a chat's retrieval and composing)."""
+    return resources.tenant_context(session, tenant)
+
+
+ReadTenantContextDep = Annotated[TenantContext, Depends(get_read_tenant_context)]
+
+
 def get_admin_tenant_context(
     tenant_id: uuid.UUID, _: AdminDep, session: SessionDep, resources: ResourcesDep
 ) -> TenantContext:
@@ -179,7 +209,12 @@ def get_tenant_service(
     session: SessionDep, settings: SettingsDep, resources: ResourcesDep
 ) -> TenantService:
     return TenantService(
-        session, settings.api_key_pepper, resources.engine, resources.index, resources.limiter
+        session,
+        settings.api_key_pepper,
+        resources.engine,
+        resources.index,
+        resources.limiter,
+        resources.credentials,
     )
 
 

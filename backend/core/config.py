@@ -140,6 +140,16 @@ class Settings(BaseSettings):
         default=60.0, gt=0, le=3600, validation_alias="INFERSCALE_RATE_LIMIT_WINDOW_S"
     )
 
+    # Each API process keeps what tenant keys resolved to (up to this many keys; 0: off, every
+    # request queries Postgres); a change to keys, tenants or limits invalidates every process's
+    # entries through Redis, and an entry lives at most the TTL (backend/services/credentials.py).
+    auth_cache_entries: int = Field(
+        default=10_000, ge=0, validation_alias="INFERSCALE_AUTH_CACHE_ENTRIES"
+    )
+    auth_cache_ttl_s: float = Field(
+        default=60.0, gt=0, le=3600, validation_alias="INFERSCALE_AUTH_CACHE_TTL_S"
+    )
+
     # Each API or worker process keeps per-user retrieval indexes up to this many bytes (the
     # least recently used users' go first and are rebuilt from Postgres on their next search;
     # a user with 300 facts takes ~480 KB; docs/capacity.md, "The API tier").

@@ -8,11 +8,13 @@ import uuid
 from sqlalchemy.orm import Session
 
 from backend.db.models import ApiKey, Tenant
+from backend.db.session import after_commit
 from backend.errors import NotFoundError
 from backend.repositories.requests import IdempotencyRepository
 from backend.repositories.tenants import ApiKeyRepository, LimitOverrides, TenantRepository
 from backend.retrieval.index import FactIndex
 from backend.runtime.client import EngineClient
+from backend.services.credentials import CredentialCache
 from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
 
@@ -27,9 +29,11 @@ class TenantService:
         engine: EngineClient,
         index: FactIndex,
         limiter: RateLimiter | None = None,
+        credentials: CredentialCache | None = None,
     ) -> None:
         self.session = session
         self.limiter = limiter
+        self.credentials = credentials
         self.tenants = TenantRepository(session)
         self.keys = ApiKeyRepository(session, pepper)
         self.engine = engine
@@ -49,6 +53,7 @@ class TenantService:
         tenant.max_concurrent_requests = limits.max_concurrent_requests
         tenant.fair_weight = limits.fair_weight
         self.session.flush()
+        self._keys_changed()
         return tenant
 
     def create(self, name: str) -> tuple[Tenant, str]:
@@ -64,6 +69,7 @@ class TenantService:
         before this returns (a replica that cannot confirm fails the delete: nothing goes)."""
         tenant = self.get(tenant_id)
         typed = TenantId(str(tenant.id))
+        self._keys_changed()
         IdempotencyRepository(self.session, typed.value).forget_all()
         self.tenants.delete(tenant)
         self.engine.purge_tenant(typed)
@@ -80,6 +86,7 @@ class TenantService:
         self.get(tenant_id)
         if revoke_existing:
             self.keys.revoke_all(tenant_id)
+            self._keys_changed()
         row, plaintext = self.keys.issue(tenant_id, TENANT_SCOPE)
         self.session.refresh(row)
         return row, plaintext
@@ -89,4 +96,11 @@ class TenantService:
         if row is None or row.tenant_id != tenant_id:
             raise NotFoundError(f"key {key_id} not found")
         self.keys.revoke(row)
+        self._keys_changed()
         return row
+
+    def _keys_changed(self) -> None:
+        """What keys resolve to changed: every API process's cached keys stop serving once this
+        transaction has committed (``services/credentials.py``)."""
+        if self.credentials is not None:
+            after_commit(self.session, self.credentials.invalidate)

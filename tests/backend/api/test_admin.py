@@ -91,3 +91,33 @@ def test_health_and_metrics(api: TestClient) -> None:
     assert ready.status_code == 200 and ready.json()["checks"]["database"] == "ok"
     assert "inferscale_http_requests_total" in api.get("/metrics").text
     assert api.get("/docs").status_code == 200
+
+
+def test_every_api_process_refuses_a_revoked_key_at_once(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    """Keys are cached per process (backend/services/credentials.py): a revocation through one
+    process is seen by another's next request, the limits' change too."""
+    from backend.main import create_app
+
+    tenant = make_tenant()
+    with TestClient(create_app()) as other:
+
+        def status() -> int:
+            return other.get(
+                "/v1/memories", params={"user_id": "u"}, headers=tenant.headers
+            ).status_code
+
+        cache = other.app.state.resources.credentials  # type: ignore[attr-defined]
+        for _ in range(2):
+            assert status() == 200
+        assert cache.hits >= 1  # the second request was served from the cache
+        # One request a minute from now on: of two in a row the second is refused, if seen.
+        limits = {"requests_per_minute": 1}
+        changed = api.put(f"/v1/tenants/{tenant.id}/limits", json=limits, headers=ADMIN)
+        assert changed.status_code == 200, changed.text
+        statuses = [status() for _ in range(2)]
+        assert 429 in statuses, statuses
+        key_id = api.get(f"/v1/tenants/{tenant.id}/keys", headers=ADMIN).json()[0]["id"]
+        assert api.delete(f"/v1/tenants/{tenant.id}/keys/{key_id}", headers=ADMIN).is_success
+        assert status() == 401
