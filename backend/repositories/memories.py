@@ -204,10 +204,10 @@ class FactRepository(TenantScoped):
         vectors = np.stack([vector_from(r[1]) for r in rows]) if rows else np.zeros((0, 0))
         return ids, vectors.astype(np.float32)
 
-    def live_texts(self, user: EndUser) -> tuple[list[int], list[str]]:
-        """Row ids and texts of the user's live facts (their keyword index's corpus)."""
-        rows = self._live_of(user, Fact.id, Fact.text)
-        return [int(r[0]) for r in rows], [str(r[1]) for r in rows]
+    def live_briefs(self, user: EndUser) -> list[FactBrief]:
+        """The user's live facts as ``FactBrief`` s (their keyword index's corpus)."""
+        columns = (Fact.id, Fact.public_id, Fact.user_id, Fact.text, Fact.version)
+        return [FactBrief(*row) for row in self._live_of(user, *columns)]
 
     def update_text(self, fact: Fact, text: str, embedding: np.ndarray) -> Fact:
         old = fact.text

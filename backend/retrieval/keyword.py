@@ -6,10 +6,12 @@ reciprocal rank with the keyword side weighted (``INFERSCALE_RETRIEVAL_KEYWORD_W
 by measurement, not by hand: on LoCoMo, evidence recall@20 0.652 dense, 0.579 BM25, 0.667 fused
 with weight 0.5 (docs/accuracy.md, "Retrieval"; ``python -m evals recall``).
 
-A user's keyword index is built from the texts of their live facts and cached per (user,
-revision), bounded in bytes like the dense indexes: a change of the user's memories bumps the
-revision, so a stale index is never searched. The chat path, Mem0's search and the evaluation
-harness all rank through ``fuse``.
+A user's keyword index is built from their live facts and cached per (user, revision) with
+the facts themselves (what a chat needs of each: its id, name, version and text), bounded in
+bytes like the dense indexes: a change of the user's memories bumps the revision, so a stale
+index is never searched, and at one revision a user's facts do not change, so a chat takes
+its hits' texts from here instead of a query per request. The chat path, Mem0's search and
+the evaluation harness all rank through ``fuse``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
 import numpy as np
 
@@ -54,6 +56,21 @@ _STOPWORDS = "en"
 # score matrix, the vocabulary); only for the cache's budget.
 _BYTES_PER_CHAR = 24
 _PER_INDEX_OVERHEAD = 4096
+# One cached document beyond its text (the object, its id, name and version).
+_PER_DOCUMENT_OVERHEAD = 256
+
+
+class Document(Protocol):
+    """What the cache indexes: a fact's row id and its text (a chat's ``FactBrief``)."""
+
+    @property
+    def id(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+
+D = TypeVar("D", bound=Document)
 
 
 class KeywordIndex:
@@ -97,48 +114,59 @@ def fuse(dense: Sequence[int], keyword: Sequence[int], weight: float) -> list[in
 
 
 class KeywordCache:
-    """Per-user keyword indexes at a revision, least recently used dropped over ``max_bytes``."""
+    """Per-user keyword indexes and their documents at a revision, least recently used dropped
+    over ``max_bytes``."""
 
     def __init__(self, max_bytes: int, weight: float) -> None:
         self.max_bytes = max_bytes
         self.weight = weight  # the keyword ranking's weight in ``fuse`` (0: not used)
         self.held_bytes = 0
         self._lock = threading.Lock()
-        self._entries: OrderedDict[IndexKey, tuple[int, list[int], KeywordIndex]] = OrderedDict()
+        self._entries: OrderedDict[IndexKey, _Cached] = OrderedDict()
 
     def get(
-        self,
-        key: IndexKey,
-        revision: int,
-        load: Callable[[], tuple[list[int], list[str]]],
-    ) -> tuple[list[int], KeywordIndex]:
-        """(fact ids, their index) of the user at ``revision``; ``load`` gives the live facts'
-        ids and texts when the cached one is missing or of another revision."""
+        self, key: IndexKey, revision: int, load: Callable[[], Sequence[D]]
+    ) -> tuple[Sequence[D], KeywordIndex]:
+        """(documents, their index) of the user at ``revision``, the index's positions
+        into the documents; ``load`` gives the live facts when the cached ones are missing or
+        of another revision (one loader per cache: the documents come back as it gave them)."""
         with self._lock:
             found = self._entries.get(key)
-            if found is not None and found[0] == revision:
+            if found is not None and found.revision == revision:
                 self._entries.move_to_end(key)
-                return found[1], found[2]
-        ids, texts = load()
-        index = KeywordIndex(texts)  # built outside the lock: searches of others go on
+                return cast(Sequence[D], found.documents), found.index
+        documents = load()
+        # Built outside the lock: searches of others go on.
+        index = KeywordIndex([d.text for d in documents])
+        cached = _Cached(revision, documents, index)
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
-                self.held_bytes -= old[2].nbytes
-            self._entries[key] = (revision, ids, index)
-            self.held_bytes += index.nbytes
+                self.held_bytes -= old.nbytes
+            self._entries[key] = cached
+            self.held_bytes += cached.nbytes
             while self.held_bytes > self.max_bytes and len(self._entries) > 1:
-                _, (_, _, dropped) = self._entries.popitem(last=False)
+                _, dropped = self._entries.popitem(last=False)
                 self.held_bytes -= dropped.nbytes
-        return ids, index
+        return documents, index
 
     def drop_tenant(self, tenant: TenantId) -> None:
         with self._lock:
             for key in [k for k in self._entries if k.tenant == tenant]:
-                self.held_bytes -= self._entries.pop(key)[2].nbytes
+                self.held_bytes -= self._entries.pop(key).nbytes
 
     def drop_user(self, key: IndexKey) -> None:
         with self._lock:
             found = self._entries.pop(key, None)
             if found is not None:
-                self.held_bytes -= found[2].nbytes
+                self.held_bytes -= found.nbytes
+
+
+class _Cached:
+    """One user's documents at a revision and their keyword index."""
+
+    def __init__(self, revision: int, documents: Sequence[Document], index: KeywordIndex) -> None:
+        self.revision = revision
+        self.documents = documents
+        self.index = index
+        self.nbytes = index.nbytes + _PER_DOCUMENT_OVERHEAD * len(documents)

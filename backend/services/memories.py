@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -35,16 +35,6 @@ from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 class SearchHit:
     fact: Fact
     score: float
-
-
-class _Owned(Protocol):
-    @property
-    def id(self) -> int: ...
-    @property
-    def user_id(self) -> int: ...
-
-
-_Row = TypeVar("_Row", bound=_Owned)  # a fact as some repository method reads it
 
 
 @dataclass(frozen=True)
@@ -161,15 +151,32 @@ class MemoryService:
         query: str,
         top_k: int,
         keywords: KeywordCache,
-    ) -> list[tuple[int, float]]:
+    ) -> tuple[list[tuple[int, float]], dict[int, FactBrief]]:
         """(fact row id, cosine) best first by the fused ranking: every fact's cosine, the
-        keyword ranking of the index at the same revision."""
+        keyword ranking of the index at the same revision; and the user's live facts at that
+        revision by row id (cached with the keyword index)."""
         dense = self.ctx.index.search(key, vector, max(1, self.ctx.index.size(key)))
         cosine = dict(dense)
-        ids, index = keywords.get(key, user.memory_revision, lambda: self.facts.live_texts(user))
-        matched = [ids[i] for i in index.ranking(query) if ids[i] in cosine]
+        facts, index = keywords.get(key, user.memory_revision, lambda: self.facts.live_briefs(user))
+        matched = [facts[i].id for i in index.ranking(query) if facts[i].id in cosine]
         order = fuse([fact_id for fact_id, _ in dense], matched, keywords.weight)
-        return [(fact_id, cosine[fact_id]) for fact_id in order[:top_k]]
+        by_id = {fact.id: fact for fact in facts}
+        return [(fact_id, cosine[fact_id]) for fact_id in order[:top_k]], by_id
+
+    def _ranked(
+        self,
+        user: EndUser,
+        vector_of: Callable[[], npt.NDArray[np.float32]],
+        top_k: int,
+        query: str | None,
+    ) -> tuple[list[tuple[int, float]], dict[int, FactBrief] | None]:
+        """The user's top-k (fact row id, cosine), best first, and their live facts where the
+        keyword cache holds them (None: dense only, nothing cached)."""
+        key = self._ensure_index(user)
+        keywords = self.ctx.index.keywords
+        if query is None or keywords is None or keywords.weight <= 0:
+            return self.ctx.index.search(key, vector_of(), top_k), None
+        return self._fused(user, key, vector_of(), query, top_k, keywords)
 
     def search_vector(
         self, user_external_id: str, vector: npt.NDArray[np.float32], top_k: int
@@ -187,7 +194,7 @@ class MemoryService:
         """``search_vector`` with the query's vector asked for only once the user's index is
         ready: its embedding (on the runtime, or in another thread) overlaps the lookups. With
         the ``query``'s text the dense ranking is fused with the keyword one (``keyword.py``)."""
-        hits = self._hits(user_external_id, vector_of, top_k, query, self.facts.many_by_row)
+        hits = self._hits(user_external_id, vector_of, top_k, query)
         return [SearchHit(fact, score) for fact, score in hits]
 
     def briefs_when_ready(
@@ -197,9 +204,19 @@ class MemoryService:
         top_k: int,
         query: str | None = None,
     ) -> list[BriefHit]:
-        """``search_when_ready`` for a chat: the hits as ``FactBrief`` s (name and text)."""
-        hits = self._hits(user_external_id, vector_of, top_k, query, self.facts.briefs_by_row)
-        return [BriefHit(fact, score) for fact, score in hits]
+        """``search_when_ready`` for a chat: the hits as ``FactBrief`` s (name and text), from
+        the keyword cache's facts at the user's revision where it has them (no query)."""
+        user = self.users.get(user_external_id)
+        if user is None:
+            return []
+        ranked, cached = self._ranked(user, vector_of, top_k, query)
+        if cached is None:
+            cached = {row.id: row for row in self.facts.briefs_by_row([i for i, _ in ranked])}
+        return [
+            BriefHit(cached[i], score)
+            for i, score in ranked
+            if i in cached and cached[i].user_id == user.id
+        ]
 
     def _hits(
         self,
@@ -207,19 +224,13 @@ class MemoryService:
         vector_of: Callable[[], npt.NDArray[np.float32]],
         top_k: int,
         query: str | None,
-        load: Callable[[list[int]], list[_Row]],
-    ) -> list[tuple[_Row, float]]:
-        """The user's hits, best first, each row as ``load`` reads it."""
+    ) -> list[tuple[Fact, float]]:
+        """The user's hits, best first, as entities (Mem0's search returns their metadata)."""
         user = self.users.get(user_external_id)
         if user is None:
             return []
-        key = self._ensure_index(user)
-        keywords = self.ctx.index.keywords
-        if query is None or keywords is None or keywords.weight <= 0:
-            ranked = self.ctx.index.search(key, vector_of(), top_k)
-        else:
-            ranked = self._fused(user, key, vector_of(), query, top_k, keywords)
-        rows = {row.id: row for row in load([row_id for row_id, _ in ranked])}
+        ranked, _ = self._ranked(user, vector_of, top_k, query)
+        rows = {row.id: row for row in self.facts.many_by_row([i for i, _ in ranked])}
         # Only live facts of this tenant and user come back, whatever the index holds.
         return [(rows[i], score) for i, score in ranked if i in rows and rows[i].user_id == user.id]
 

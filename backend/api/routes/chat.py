@@ -21,7 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from backend.api import openai_compat
-from backend.api.deps import AdmissionDep, SettingsDep, TenantContextDep, commit
+from backend.api.deps import AdmissionDep, ReadTenantContextDep, SettingsDep, commit
 from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT, TENANT_TOKENS
 from backend.api.middleware import ARRIVED
 from backend.api.schemas.chat import ChatCompletionRequest, inferscale_extension, usage_of
@@ -72,7 +72,7 @@ def _retrieve(
 @router.post("/completions", response_model=None, responses=error_responses(400, 404))
 async def chat_completions(
     body: ChatCompletionRequest,
-    ctx: TenantContextDep,
+    ctx: ReadTenantContextDep,
     settings: SettingsDep,
     http: Request,
     admission: AdmissionDep,

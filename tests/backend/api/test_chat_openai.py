@@ -177,3 +177,44 @@ def test_request_log_records_latency(
         rows = RequestLogRepository(session, TenantId(tenant_with_memory.id)).recent()
     assert rows and {r.mode for r in rows} >= {"kv", "prompt"}
     assert all(r.ttft_ms > 0 and r.total_ms >= r.ttft_ms for r in rows)
+
+
+def test_a_chat_serves_a_memory_as_it_is_now(served: tuple[TestClient, Any]) -> None:
+    """A chat takes its facts' texts from the keyword cache at the user's revision (no query
+    for them): an update, a delete and an add each show in the very next chat."""
+    import uuid
+
+    http, _ = served
+    body = http.post(
+        "/v1/tenants", json={"name": f"now-{uuid.uuid4().hex[:8]}"}, headers=ADMIN
+    ).json()
+    tenant = TenantHandle(body["id"], body["api_key"])
+    sdk = _sdk(http, tenant)
+
+    def remember(text: str) -> str:
+        added = http.post("/v1/memories", json={"user_id": "bo", "text": text},
+                          headers=tenant.headers)  # fmt: skip
+        assert added.status_code == 201, added.text
+        return str(added.json()["results"][0]["id"])
+
+    def ask() -> tuple[int, list[str]]:
+        completion = sdk.chat.completions.create(
+            model="inferscale", user="bo", max_tokens=1, temperature=0,
+            messages=[{"role": "user", "content": QUESTION}],
+            extra_body={"memory": {"top_k": 5, "mode": "prompt"}},
+        )  # fmt: skip
+        assert completion.usage is not None
+        return completion.usage.prompt_tokens, completion.model_extra["inferscale"]["memories"]  # type: ignore[index]
+
+    code = remember(FACT)
+    short, memories = ask()
+    assert memories == [code] and ask() == (short, memories)  # the second from the cache
+    longer = FACT + " It is on the second floor, beside the gym's north entrance."
+    assert http.put(f"/v1/memories/{code}", json={"text": longer},
+                    headers=tenant.headers).status_code == 200  # fmt: skip
+    grown, _ = ask()
+    assert grown > short  # the new text, not the cached one
+    other = remember("The user's bike lock code is 2290.")
+    assert set(ask()[1]) == {code, other}
+    assert http.delete(f"/v1/memories/{code}", headers=tenant.headers).status_code == 200
+    assert ask()[1] == [other]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,13 @@ from backend.retrieval.keyword import KeywordCache, KeywordIndex, fuse
 from gpu_runtime.types import TenantId
 
 pytestmark = pytest.mark.unit
+
+
+@dataclass(frozen=True)
+class Doc:
+    id: int
+    text: str
+
 
 TEXTS = [
     "Caroline adopted a golden retriever named Max",
@@ -46,16 +54,18 @@ def test_fusion_lifts_a_keyword_match_and_keeps_every_dense_item() -> None:
 def test_the_cache_reloads_on_a_new_revision_and_stays_under_its_bytes() -> None:
     loads: list[str] = []
 
-    def load(user: str) -> tuple[list[int], list[str]]:
+    def load(user: str) -> list[Doc]:
         loads.append(user)
-        return [1, 2], [f"{user} lives in Porto", f"{user} owns a boat"]
+        return [Doc(1, f"{user} lives in Porto"), Doc(2, f"{user} owns a boat")]
 
-    one = KeywordIndex(["x lives in Porto", "x owns a boat"]).nbytes
-    cache = KeywordCache(max_bytes=int(one * 2.5), weight=0.5)
+    cache = KeywordCache(max_bytes=1 << 30, weight=0.5)
     a, b, c = (IndexKey(TenantId("t"), u) for u in ("ann", "bob", "cyd"))
-    cache.get(a, 1, lambda: load("ann"))
-    cache.get(a, 1, lambda: load("ann"))
-    assert loads == ["ann"]
+    docs, index = cache.get(a, 1, lambda: load("ann"))
+    assert [docs[i].text for i in index.ranking("where is Porto")] == ["ann lives in Porto"]
+    again, _ = cache.get(a, 1, lambda: load("ann"))
+    assert loads == ["ann"] and again is docs  # the documents themselves, not a reload
+    one = cache.held_bytes
+    cache.max_bytes = int(one * 2.5)
     cache.get(a, 2, lambda: load("ann"))  # the user's memories changed
     assert loads == ["ann", "ann"]
     cache.get(b, 1, lambda: load("bob"))
@@ -70,15 +80,15 @@ def test_dropping_a_tenant_from_the_dense_indexes_drops_its_keyword_indexes() ->
     index.keywords = KeywordCache(1 << 20, 0.5)
     mine, theirs = IndexKey(TenantId("gone"), "u"), IndexKey(TenantId("stays"), "u")
     for key in (mine, theirs):
-        index.keywords.get(key, 1, lambda: ([1], ["secret boat name Zorba"]))
+        index.keywords.get(key, 1, lambda: [Doc(1, "secret boat name Zorba")])
 
     index.drop_tenant(TenantId("gone"))
 
     reloaded: list[IndexKey] = []
 
-    def load(key: IndexKey) -> tuple[list[int], list[str]]:
+    def load(key: IndexKey) -> list[Doc]:
         reloaded.append(key)
-        return [1], ["x"]
+        return [Doc(1, "x")]
 
     index.keywords.get(theirs, 1, lambda: load(theirs))
     index.keywords.get(mine, 1, lambda: load(mine))
