@@ -147,20 +147,22 @@ class MemoryService:
         self,
         user: EndUser,
         key: IndexKey,
-        vector: npt.NDArray[np.float32],
+        vector_of: Callable[[], npt.NDArray[np.float32]],
         query: str,
         top_k: int,
         keywords: KeywordCache,
     ) -> tuple[list[tuple[int, float]], dict[int, FactBrief]]:
         """(fact row id, cosine) best first by the fused ranking: every fact's cosine, the
         keyword ranking of the index at the same revision; and the user's live facts at that
-        revision by row id (cached with the keyword index)."""
-        dense = self.ctx.index.search(key, vector, max(1, self.ctx.index.size(key)))
-        cosine = dict(dense)
+        revision by row id (cached with the keyword index). The keyword side runs first, while
+        the query is still being embedded."""
         facts, index = keywords.get(key, user.memory_revision, lambda: self.facts.live_briefs(user))
-        matched = [facts[i].id for i in index.ranking(query) if facts[i].id in cosine]
-        order = fuse([fact_id for fact_id, _ in dense], matched, keywords.weight)
         by_id = {fact.id: fact for fact in facts}
+        matched = [facts[i].id for i in index.ranking(query)]
+        dense = self.ctx.index.search(key, vector_of(), max(1, self.ctx.index.size(key)))
+        cosine = dict(dense)
+        matched = [fact_id for fact_id in matched if fact_id in cosine]
+        order = fuse([fact_id for fact_id, _ in dense], matched, keywords.weight)
         return [(fact_id, cosine[fact_id]) for fact_id in order[:top_k]], by_id
 
     def _ranked(
@@ -176,7 +178,7 @@ class MemoryService:
         keywords = self.ctx.index.keywords
         if query is None or keywords is None or keywords.weight <= 0:
             return self.ctx.index.search(key, vector_of(), top_k), None
-        return self._fused(user, key, vector_of(), query, top_k, keywords)
+        return self._fused(user, key, vector_of, query, top_k, keywords)
 
     def search_vector(
         self, user_external_id: str, vector: npt.NDArray[np.float32], top_k: int

@@ -10,6 +10,8 @@
 #                                                   # and prompt modes, over the API's fused retrieval
 #   bash scripts/device/platform_bench.sh locomo-fp8 # the same with FP8 facts, compared question
 #                                                   # by question with the committed bf16 run
+#   bash scripts/device/platform_bench.sh fairness  # the noisy-neighbour benchmark (issue 27) on the
+#                                                   # GPU: A floods with 40 users, B one at a time
 #   bash scripts/device/platform_bench.sh faiss     # FAISS's GPU build: the index tests on the
 #                                                   # GPU, CPU vs GPU search times (after the four
 #                                                   # scripts/device/faiss_gpu carries)
@@ -81,6 +83,13 @@ case ${1:-} in
     python3 -m evals compare /tmp/bf16-eval.json "$res/locomo/eval.json" \
       --names "bf16 facts,fp8 facts" --out "$res/compare.md"
     ;;
+  fairness)
+    # The 8B shape's platform; fair-gate sizes up to what a GPU batches almost for free.
+    bash scripts/device/platform.sh up "$model" "${API_WORKERS:-4}" || exit 1
+    python3 -m bench fairness --api http://127.0.0.1:8000 --runtime http://127.0.0.1:8100 \
+      --users "${USERS:-40}" --b-requests 30 --slots "${SLOTS:-4,16,64}" --out "$res/fairness" \
+      2>&1 | tail -40
+    ;;
   faiss)
     # PyPI's faiss-gpu-cu12 1.9.0.0 (received by scripts/device/faiss_gpu/receive.sh) with its
     # CUDA 12 runtime, NumPy 1.26 and cuBLAS 12 forwarded to the image's cuBLAS 13 (stage.sh says
@@ -101,7 +110,7 @@ case ${1:-} in
       2>&1 | tee -a "$res/faiss-tests.log" | tail -25
     python3 -m bench.serve.faiss_search --out "$res/faiss-search-h200.json"
     ;;
-  *) sed -n 2,23p "$0"; exit 2 ;;
+  *) sed -n 2,25p "$0"; exit 2 ;;
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null
