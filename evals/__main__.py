@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dtype", help="engine dtype (default: INFERSCALE_DTYPE or auto)")
     parser.add_argument("--kv-cache-dtype", help="vLLM's cache dtype (INFERSCALE_KV_CACHE_DTYPE)")
     parser.add_argument(
-        "--fact-kv-dtype", help="fact storage: auto or fp8_e4m3 (INFERSCALE_FACT_KV_DTYPE)"
+        "--fact-kv-dtype", help="fact storage: auto, native or fp8_e4m3 (INFERSCALE_FACT_KV_DTYPE)"
     )
     parser.add_argument("--runtime-url", help="a running runtime (default: start one)")
     parser.add_argument("--progress-every", type=int, default=10, help="questions per line")

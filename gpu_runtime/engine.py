@@ -49,7 +49,8 @@ def connector_options(settings: RuntimeSettings) -> ConnectorOptions:
         tenant_gpu_quota_bytes=settings.tenant_gpu_quota_bytes,
         scrub_blocks=settings.scrub_injected_blocks,
         fault_rotation_offset=settings.fault_rotation_offset,
-        fact_kv_dtype=settings.fact_kv_dtype,
+        # The connector's names: "auto" there is as captured (this process resolved ours).
+        fact_kv_dtype="fp8_e4m3" if settings.resolved_fact_kv_dtype == "fp8_e4m3" else "auto",
         exit_with_parent=os.getpid(),
     )
 

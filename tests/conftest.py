@@ -66,6 +66,9 @@ RUNTIME = RuntimeProcess(
     {
         "INFERSCALE_SCRUB_INJECTED_BLOCKS": "1",
         "INFERSCALE_QUERY_EMBEDDER": "on",
+        # Facts as captured, on a GPU too (auto would store FP8 there): the suite's exactness
+        # tests are bitwise (scripts/device/platform_bench.sh exactness runs them on the H200).
+        "INFERSCALE_FACT_KV_DTYPE": "native",
         "PYTHONUNBUFFERED": "1",
     },
     port=RUNTIME_PORT,

@@ -37,7 +37,7 @@ def add_engine_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-capture-tokens", type=int, help="largest CUDA graph batch")
     parser.add_argument("--gpu-memory-utilization", type=float, help="e.g. 0.45 beside a peer")
     parser.add_argument("--kv-cache-dtype", help="vLLM's cache dtype, e.g. fp8 (CUDA only)")
-    parser.add_argument("--fact-kv-dtype", help="fact storage: auto or fp8_e4m3")
+    parser.add_argument("--fact-kv-dtype", help="fact storage: auto, native or fp8_e4m3")
 
 
 def runtime_env(args: argparse.Namespace, kv_dir: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ model=${2:-llama-3.1-8b}
 mkdir -p "$OUT/fp8"
 case "$part" in
   theorem3)
-    for setting in "auto auto" "fp8 auto" "fp8 fp8_e4m3" "auto fp8_e4m3"; do
+    for setting in "auto native" "fp8 native" "fp8 fp8_e4m3" "auto fp8_e4m3"; do
       set -- $setting
       python3 scripts/device/theorem3.py --model ".device/models/$model" \
         --tokenizer .device/tokenizer --kv-cache-dtype "$1" --fact-kv-dtype "$2" \
@@ -26,7 +26,7 @@ case "$part" in
     grep -o '"case": "[^"]*"\|"top5_logprobs_bitwise_reused_vs_injected": [a-z]*\|"max_abs_logprob_diff_normal_vs_injected": [0-9.e-]*\|"kv_cache_dtype": "[^"]*"\|"fact_kv_dtype": "[^"]*"' \
       "$OUT/fp8/theorem3-$model.jsonl" | paste -d' ' - - - - - ;;
   bench)
-    for setting in "auto auto" "auto fp8_e4m3" "fp8 fp8_e4m3"; do
+    for setting in "auto native" "auto fp8_e4m3" "fp8 fp8_e4m3"; do
       set -- $setting
       out="$OUT/fp8/bench-$model-cache_$1-facts_$2"
       mkdir -p "$out"

@@ -67,7 +67,7 @@ case ${1:-} in
     INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
       --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
       --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 --modes kv,hybrid,prompt \
-      --recompute 2 --hybrid-ks "${KS:-5,20,50}" --hybrid-windows 0 --out "$res/locomo" \
+      --recompute 2 --hybrid-ks "${KS:-5,20,50}" --hybrid-windows 0 --fact-kv-dtype native --out "$res/locomo" \
       > "$res/locomo.log" 2>&1 || echo "eval exit $?"
     tail -45 "$res/locomo.log"
     ;;

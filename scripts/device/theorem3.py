@@ -44,7 +44,7 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=24)
     parser.add_argument("--cudagraph-mode", help="e.g. FULL (default: vLLM's FULL_AND_PIECEWISE)")
     parser.add_argument("--kv-cache-dtype", default="auto", help="vLLM's cache: auto or fp8")
-    parser.add_argument("--fact-kv-dtype", default="auto", help="facts: auto or fp8_e4m3")
+    parser.add_argument("--fact-kv-dtype", default="native", help="facts: native or fp8_e4m3")
     args = parser.parse_args()
 
     engine: dict[str, object] = {"skip_tokenizer_init": True, "max_num_seqs": 8}

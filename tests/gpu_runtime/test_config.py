@@ -63,3 +63,25 @@ def test_unknown_kv_dtypes_are_refused() -> None:
         RuntimeSettings(fact_kv_dtype="int4")
     with pytest.raises(ValueError, match="kv_cache_dtype"):
         RuntimeSettings(kv_cache_dtype="fp4")
+
+
+def test_facts_are_fp8_by_default_on_cuda_over_a_16_bit_cache_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The measured default (docs/accuracy.md, "FP8 facts by default on CUDA"): FP8 facts on a
+    GPU's bf16/fp16 cache; as captured on CPUs, over an FP8 cache, or when asked for."""
+    from gpu_runtime.engine import connector_options
+
+    def facts(on_gpu: bool, **given: str) -> tuple[str, str, str]:
+        monkeypatch.setattr("gpu_runtime.config.cuda_available", lambda: on_gpu)
+        settings = RuntimeSettings(**given)  # type: ignore[arg-type]
+        name = settings.model_name.removeprefix(settings.resolved_model_path.name)
+        return settings.resolved_fact_kv_dtype, connector_options(settings).fact_kv_dtype, name
+
+    assert facts(True, dtype="bfloat16") == ("fp8_e4m3", "fp8_e4m3", "-facts_fp8_e4m3")
+    assert facts(True, dtype="float16")[0] == "fp8_e4m3"
+    assert facts(True, dtype="bfloat16", fact_kv_dtype="native") == ("native", "auto", "")
+    assert facts(True, dtype="bfloat16", kv_cache_dtype="fp8")[0] == "native"
+    assert facts(True, dtype="float32")[0] == "native"
+    assert facts(False, dtype="bfloat16") == ("native", "auto", "")
+    assert facts(False, dtype="float32", fact_kv_dtype="fp8_e4m3")[0] == "fp8_e4m3"
