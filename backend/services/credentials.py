@@ -12,12 +12,15 @@ instead of the Postgres round trips.
 
 Where Redis cannot be read, nothing is served from the cache (every request queries Postgres);
 where the generation could not be incremented after a change (Redis down at that moment), an
-entry still expires after ``ttl_s``. Unknown keys are never cached.
+entry still expires after ``ttl_s``; a Redis that lost the generation (restarted without its
+data) starts it again at a random number, so no entry stored before matches it. Unknown keys
+are never cached.
 """
 
 from __future__ import annotations
 
 import logging
+import secrets
 import threading
 import time
 import uuid
@@ -76,10 +79,15 @@ class CredentialCache:
             return None
         try:
             value = self.redis.get(GENERATION_KEY)
+            if value is None:
+                # Missing (a fresh or flushed Redis): begin at a random generation, never at a
+                # number entries may already hold from before the loss.
+                self.redis.set(GENERATION_KEY, secrets.randbits(62), nx=True)
+                value = self.redis.get(GENERATION_KEY)
         except redis.RedisError as exc:
             logger.warning("API keys not served from the cache (Redis: %s)", exc)
             return None
-        return int(value) if value is not None else 0
+        return int(value) if value is not None else None
 
     def get(self, key_hash: str, generation: int | None) -> Credential | None:
         if generation is None:

@@ -48,6 +48,18 @@ def test_a_lookup_raced_by_a_change_is_never_served(client: redis.Redis) -> None
     assert cache.get("h1", cache.generation()) is None
 
 
+def test_a_lost_generation_never_revives_old_entries(client: redis.Redis) -> None:
+    """A fresh Redis, an entry, a revocation, then Redis restarted empty: the generation
+    starts again at a random number, not where the entry's began (it would serve again)."""
+    cache = CredentialCache(client, 10, 60)
+    client.delete(GENERATION_KEY)  # a fresh Redis
+    cache.put("h1", _credential(), cache.generation())
+    CredentialCache(client, 10, 60).invalidate()  # another process revokes the key
+    client.delete(GENERATION_KEY)  # Redis restarted without its data
+    assert cache.get("h1", cache.generation()) is None
+    assert cache.generation() == cache.generation()  # stable once set
+
+
 def test_entries_expire_and_stay_bounded(client: redis.Redis) -> None:
     cache = CredentialCache(client, max_entries=2, ttl_s=0.2)
     generation = cache.generation()
