@@ -20,7 +20,8 @@ import importlib
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from types import ModuleType
 from typing import TYPE_CHECKING, Protocol, TypeVar, cast
 
@@ -113,6 +114,22 @@ def fuse(dense: Sequence[int], keyword: Sequence[int], weight: float) -> list[in
     return sorted(score, key=lambda item: (-score[item], place.get(item, len(place))))
 
 
+@dataclass(frozen=True)
+class _Cached:
+    """One user's documents at a revision, by row id too, and their keyword index."""
+
+    revision: int
+    documents: Sequence[Document]
+    index: KeywordIndex
+    by_id: Mapping[int, Document] = field(init=False)
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "by_id", {d.id: d for d in self.documents})
+        size = self.index.nbytes + _PER_DOCUMENT_OVERHEAD * len(self.documents)
+        object.__setattr__(self, "nbytes", size)
+
+
 class KeywordCache:
     """Per-user keyword indexes and their documents at a revision, least recently used dropped
     over ``max_bytes``."""
@@ -126,19 +143,19 @@ class KeywordCache:
 
     def get(
         self, key: IndexKey, revision: int, load: Callable[[], Sequence[D]]
-    ) -> tuple[Sequence[D], KeywordIndex]:
-        """(documents, their index) of the user at ``revision``, the index's positions
-        into the documents; ``load`` gives the live facts when the cached ones are missing or
-        of another revision (one loader per cache: the documents come back as it gave them)."""
+    ) -> tuple[Sequence[D], Mapping[int, D], KeywordIndex]:
+        """(documents, the same by row id, their index) of the user at ``revision``, the
+        index's positions into the documents; ``load`` gives the live facts when the cached
+        ones are missing or of another revision (one loader per cache: the documents come back
+        as it gave them)."""
         with self._lock:
             found = self._entries.get(key)
             if found is not None and found.revision == revision:
                 self._entries.move_to_end(key)
-                return cast(Sequence[D], found.documents), found.index
+                return self._typed(found)
         documents = load()
         # Built outside the lock: searches of others go on.
-        index = KeywordIndex([d.text for d in documents])
-        cached = _Cached(revision, documents, index)
+        cached = _Cached(revision, documents, KeywordIndex([d.text for d in documents]))
         with self._lock:
             old = self._entries.pop(key, None)
             if old is not None:
@@ -148,7 +165,13 @@ class KeywordCache:
             while self.held_bytes > self.max_bytes and len(self._entries) > 1:
                 _, dropped = self._entries.popitem(last=False)
                 self.held_bytes -= dropped.nbytes
-        return documents, index
+        return self._typed(cached)
+
+    @staticmethod
+    def _typed(cached: _Cached) -> tuple[Sequence[D], Mapping[int, D], KeywordIndex]:
+        """The entry as its loader's type (one loader per cache, so that is what it holds)."""
+        by_id = cast(Mapping[int, D], cached.by_id)
+        return cast(Sequence[D], cached.documents), by_id, cached.index
 
     def drop_tenant(self, tenant: TenantId) -> None:
         with self._lock:
@@ -160,13 +183,3 @@ class KeywordCache:
             found = self._entries.pop(key, None)
             if found is not None:
                 self.held_bytes -= found.nbytes
-
-
-class _Cached:
-    """One user's documents at a revision and their keyword index."""
-
-    def __init__(self, revision: int, documents: Sequence[Document], index: KeywordIndex) -> None:
-        self.revision = revision
-        self.documents = documents
-        self.index = index
-        self.nbytes = index.nbytes + _PER_DOCUMENT_OVERHEAD * len(documents)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,13 +151,14 @@ class MemoryService:
         query: str,
         top_k: int,
         keywords: KeywordCache,
-    ) -> tuple[list[tuple[int, float]], dict[int, FactBrief]]:
+    ) -> tuple[list[tuple[int, float]], Mapping[int, FactBrief]]:
         """(fact row id, cosine) best first by the fused ranking: every fact's cosine, the
         keyword ranking of the index at the same revision; and the user's live facts at that
         revision by row id (cached with the keyword index). The keyword side runs first, while
         the query is still being embedded."""
-        facts, index = keywords.get(key, user.memory_revision, lambda: self.facts.live_briefs(user))
-        by_id = {fact.id: fact for fact in facts}
+        facts, by_id, index = keywords.get(
+            key, user.memory_revision, lambda: self.facts.live_briefs(user)
+        )
         matched = [facts[i].id for i in index.ranking(query)]
         dense = self.ctx.index.search(key, vector_of(), max(1, self.ctx.index.size(key)))
         cosine = dict(dense)
@@ -171,7 +172,7 @@ class MemoryService:
         vector_of: Callable[[], npt.NDArray[np.float32]],
         top_k: int,
         query: str | None,
-    ) -> tuple[list[tuple[int, float]], dict[int, FactBrief] | None]:
+    ) -> tuple[list[tuple[int, float]], Mapping[int, FactBrief] | None]:
         """The user's top-k (fact row id, cosine), best first, and their live facts where the
         keyword cache holds them (None: dense only, nothing cached)."""
         key = self._ensure_index(user)

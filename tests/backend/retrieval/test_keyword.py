@@ -60,9 +60,9 @@ def test_the_cache_reloads_on_a_new_revision_and_stays_under_its_bytes() -> None
 
     cache = KeywordCache(max_bytes=1 << 30, weight=0.5)
     a, b, c = (IndexKey(TenantId("t"), u) for u in ("ann", "bob", "cyd"))
-    docs, index = cache.get(a, 1, lambda: load("ann"))
+    docs, _, index = cache.get(a, 1, lambda: load("ann"))
     assert [docs[i].text for i in index.ranking("where is Porto")] == ["ann lives in Porto"]
-    again, _ = cache.get(a, 1, lambda: load("ann"))
+    again, _, _ = cache.get(a, 1, lambda: load("ann"))
     assert loads == ["ann"] and again is docs  # the documents themselves, not a reload
     one = cache.held_bytes
     cache.max_bytes = int(one * 2.5)
