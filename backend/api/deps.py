@@ -14,7 +14,7 @@ from sqlalchemy.orm import Session
 from backend.api.metrics import TENANT_REQUESTS
 from backend.core.config import Settings
 from backend.core.security import hash_api_key
-from backend.db.session import commit, read_session_factory, session_factory
+from backend.db.session import commit, session_factory
 from backend.errors import ForbiddenError, NotFoundError, RateLimitedError, UnauthorizedError
 from backend.repositories.tenants import ApiKeyRepository, LimitOverrides, TenantRepository
 from backend.resources import Resources
@@ -24,8 +24,12 @@ from backend.services.rate_limits import Admission, TenantLimits
 from backend.services.tenants import TenantService
 from gpu_runtime.types import TenantId
 
+# Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in the
+# thread pool, and on a chat's path those hops (about ten, a fraction of a millisecond each while
+# threads wake) were most of its authentication lap. What blocks (Redis, Postgres) stays ``def``.
 
-def get_resources(request: Request) -> Resources:
+
+async def get_resources(request: Request) -> Resources:
     resources: Resources = request.app.state.resources
     return resources
 
@@ -33,7 +37,7 @@ def get_resources(request: Request) -> Resources:
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
-def get_settings_dep(resources: ResourcesDep) -> Settings:
+async def get_settings_dep(resources: ResourcesDep) -> Settings:
     return resources.settings
 
 
@@ -51,15 +55,6 @@ def get_session() -> Iterator[Session]:
 
 
 SessionDep = Annotated[Session, Depends(get_session)]
-
-
-def get_read_session() -> Iterator[Session]:
-    """A session for a request that only reads (a chat): no transaction round trips."""
-    with read_session_factory()() as session:
-        yield session
-
-
-ReadSessionDep = Annotated[Session, Depends(get_read_session)]
 
 
 @dataclass(frozen=True)
@@ -83,12 +78,23 @@ def _presented_key(
     return key.strip() or None if scheme.lower() == "token" else None
 
 
+BearerDep = Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)]
+AuthorizationDep = Annotated[str | None, Header(include_in_schema=False)]
+
+
 def get_caller(
-    session: SessionDep,
-    resources: ResourcesDep,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_BEARER)] = None,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+    resources: ResourcesDep, credentials: BearerDep = None, authorization: AuthorizationDep = None
 ) -> Caller:
+    return resolve_caller(resources, credentials, authorization)
+
+
+def resolve_caller(
+    resources: Resources,
+    credentials: HTTPAuthorizationCredentials | None,
+    authorization: str | None,
+) -> Caller:
+    """Who presents the request's key (blocking: Redis, and Postgres when the key is not
+    cached); a 401 if no one."""
     key = _presented_key(credentials, authorization)
     if key is None:
         raise UnauthorizedError("missing 'Authorization: Bearer <api key>' (or 'Token <api key>')")
@@ -101,13 +107,11 @@ def get_caller(
     cached = cache.get(key_hash, generation)
     if cached is not None:
         return Caller(cached.scope, cached.tenant_id, cached.limits)
-    try:
+    # Its own short session: the connection goes back to the pool at once, never held while
+    # the request waits for a worker thread (at 100 concurrent chats each request held one from
+    # authentication to its commit: the pool ran dry, 503s).
+    with session_factory()() as session:
         caller = _tenant_caller(session, settings, key)
-    finally:
-        # Authentication only reads: end its transaction now, so the connection goes back to
-        # the pool while the request waits for a worker thread (at 100 concurrent chats each
-        # request held one from authentication to its commit: the pool ran dry, 503s).
-        session.rollback()
     cache.put(key_hash, Credential(caller.scope, caller.tenant_id, caller.limits), generation)
     return caller
 
@@ -123,7 +127,7 @@ def _tenant_caller(session: Session, settings: Settings, key: str) -> Caller:
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
-def require_admin(caller: CallerDep) -> Caller:
+async def require_admin(caller: CallerDep) -> Caller:
     if caller.scope != "admin":
         raise ForbiddenError("this endpoint needs an admin key")
     return caller
@@ -132,9 +136,13 @@ def require_admin(caller: CallerDep) -> Caller:
 AdminDep = Annotated[Caller, Depends(require_admin)]
 
 
-def admit_tenant(caller: CallerDep, resources: ResourcesDep) -> Iterator[Admission]:
-    """A tenant's request, let in under its limits (else OpenAI's 429); its slot in flight is
-    given back once the response is sent, a streamed one included (``scope="request"``)."""
+def admit_tenant(
+    resources: ResourcesDep, credentials: BearerDep = None, authorization: AuthorizationDep = None
+) -> Iterator[Admission]:
+    """A tenant's request, authenticated and let in under its limits (else OpenAI's 429), in
+    one thread hop; its slot in flight is given back once the response is sent, a streamed one
+    included (``scope="request"``)."""
+    caller = resolve_caller(resources, credentials, authorization)
     if caller.scope != "tenant" or caller.tenant_id is None:
         raise ForbiddenError("this endpoint needs a tenant key")
     tenant = TenantId(str(caller.tenant_id))
@@ -154,7 +162,7 @@ def admit_tenant(caller: CallerDep, resources: ResourcesDep) -> Iterator[Admissi
 AdmissionDep = Annotated[Admission, Depends(admit_tenant, scope="request")]
 
 
-def require_tenant(admission: AdmissionDep) -> TenantId:
+async def require_tenant(admission: AdmissionDep) -> TenantId:
     return admission.tenant
 
 
@@ -180,16 +188,6 @@ def get_tenant_context(
 
 
 TenantContextDep = Annotated[TenantContext, Depends(get_tenant_context)]
-
-
-def get_read_tenant_context(
-    session: ReadSessionDep, tenant: TenantDep, resources: ResourcesDep
-) -> TenantContext:
-    """A tenant's context for a request that only reads (a chat's retrieval and composing)."""
-    return resources.tenant_context(session, tenant)
-
-
-ReadTenantContextDep = Annotated[TenantContext, Depends(get_read_tenant_context)]
 
 
 def get_admin_tenant_context(

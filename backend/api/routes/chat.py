@@ -21,16 +21,16 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from backend.api import openai_compat
-from backend.api.deps import AdmissionDep, ReadTenantContextDep, SettingsDep, commit
+from backend.api.deps import AdmissionDep, ResourcesDep
 from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT, TENANT_TOKENS
 from backend.api.middleware import ARRIVED
 from backend.api.schemas.chat import ChatCompletionRequest, inferscale_extension, usage_of
 from backend.api.schemas.common import AUTHED, error_responses
-from backend.core.config import Settings
+from backend.db.session import commit, read_session_factory
 from backend.errors import AppError
+from backend.resources import Resources
 from backend.runtime.client import EngineClient
 from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode, log_request
-from backend.services.context import TenantContext
 from backend.services.rate_limits import Admission
 from gpu_runtime.client import protocol as p
 from gpu_runtime.types import TenantId
@@ -55,28 +55,31 @@ def _record(tenant: TenantId, run: ChatRun, admission: Admission) -> None:
 
 
 def _retrieve(
-    ctx: TenantContext, request: ChatRequest, arrived: float | None, settings: Settings, asked: str
+    resources: Resources,
+    tenant: TenantId,
+    request: ChatRequest,
+    arrived: float | None,
+    asked: str,
 ) -> tuple[ChatRun, str]:
-    """Retrieval, composing and the transaction's end in one thread: a connection is never held
-    while the request waits for a thread (two hops held one across the wait; at 100
-    concurrent chats the pool ran dry and 5 of 200 got a 503). Also the served model's name
-    for ``asked`` (a 404 if it names another model)."""
-    model = openai_compat.served_model(ctx.engine, settings, asked)
-    run = ChatService(ctx).start(request, arrived)
-    committing = time.perf_counter()
-    commit(ctx.session)
-    run.timings_ms["commit"] = (time.perf_counter() - committing) * 1000
+    """Retrieval and composing in one thread, in a session of its own that only reads: a
+    connection is never held while the request waits for a thread (two hops held one across
+    the wait; at 100 concurrent chats the pool ran dry and 5 of 200 got a 503). Also the
+    served model's name for ``asked`` (a 404 if it names another model)."""
+    model = openai_compat.served_model(resources.engine, resources.settings, asked)
+    with read_session_factory()() as session:
+        ctx = resources.tenant_context(session, tenant)
+        run = ChatService(ctx).start(request, arrived)
+        committing = time.perf_counter()
+        commit(session)
+        run.timings_ms["commit"] = (time.perf_counter() - committing) * 1000
     return run, model
 
 
 @router.post("/completions", response_model=None, responses=error_responses(400, 404))
 async def chat_completions(
-    body: ChatCompletionRequest,
-    ctx: ReadTenantContextDep,
-    settings: SettingsDep,
-    http: Request,
-    admission: AdmissionDep,
+    body: ChatCompletionRequest, resources: ResourcesDep, http: Request, admission: AdmissionDep
 ) -> Any:
+    settings, tenant, engine = resources.settings, admission.tenant, resources.engine
     openai_compat.refuse_unsupported(body)
     recompute = body.memory.recompute
     budget = body.memory.recompute_tokens
@@ -94,7 +97,7 @@ async def chat_completions(
         sampling=openai_compat.sampling(body),
     )
     arrived = http.scope.get("state", {}).get(ARRIVED)
-    run, model = await run_in_threadpool(_retrieve, ctx, request, arrived, settings, body.model)
+    run, model = await run_in_threadpool(_retrieve, resources, tenant, request, arrived, body.model)
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     events = run.stream()
@@ -102,11 +105,11 @@ async def chat_completions(
     stream = _Stream(completion_id, created, model, body)
     if body.stream:
         return StreamingResponse(
-            _sse(run, first, events, ctx.tenant, stream, admission), media_type="text/event-stream"
+            _sse(run, first, events, tenant, stream, admission), media_type="text/event-stream"
         )
     received = [first, *[event async for event in events]]
     text = "".join(event.text for event in received)
-    await run_in_threadpool(_record, ctx.tenant, run, admission)
+    await run_in_threadpool(_record, tenant, run, admission)
     return JSONResponse(
         {
             "id": completion_id,
@@ -118,7 +121,7 @@ async def chat_completions(
                     "index": 0,
                     "message": {"role": "assistant", "content": text},
                     "finish_reason": run.finish_reason or "stop",
-                    "logprobs": stream.logprobs(ctx.engine, received),
+                    "logprobs": stream.logprobs(engine, received),
                 }
             ],
             "usage": usage_of(run),
