@@ -108,6 +108,9 @@ class RuntimeSettings(BaseSettings):
     # serves them on GPUs, where a query takes ~1 ms instead of the API's CPU pass; off on CPUs,
     # where the engine owns the cores. "on" fails the start if the model cannot load.
     query_embedder: Literal["auto", "on", "off"] = "auto"
+    # On CUDA its forward pass replays from CUDA graphs (one launch per query instead of ~100
+    # launched from Python beside the engine's streams: gpu_runtime/query_graphs.py).
+    query_embedder_graphs: bool = True
     # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
     # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree
     # on the greedy token), else kv and hybrid requests are served as prompt mode. None: none.

