@@ -36,6 +36,12 @@ def _cpu_has_bf16() -> bool:
 
 
 def cuda_available() -> bool:
+    """Whether a CUDA device is there, asked through NVML: torch's default check calls
+    cudaGetDeviceCount, which marks every later fork as unable to use CUDA, and vLLM forks its
+    engine core (it only spawns once CUDA is fully initialised). Asked before ``import vllm``
+    (which sets the same switch) the engine core died at start: "Cannot re-initialize CUDA in
+    forked subprocess" (the H200, at d7ecf44)."""
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
     import torch
 
     return bool(torch.cuda.is_available())

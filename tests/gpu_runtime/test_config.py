@@ -85,3 +85,22 @@ def test_facts_are_fp8_by_default_on_cuda_over_a_16_bit_cache_only(
     assert facts(True, dtype="float32")[0] == "native"
     assert facts(False, dtype="bfloat16") == ("native", "auto", "")
     assert facts(False, dtype="float32", fact_kv_dtype="fp8_e4m3")[0] == "fp8_e4m3"
+
+
+def test_asking_for_cuda_never_poisons_the_engine_cores_fork(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """torch's default check (cudaGetDeviceCount) marks every later fork unable to use CUDA,
+    and vLLM forks its engine core: the check must go through NVML. Simulated here as a CUDA
+    build with one device that NVML sees and a runtime check that must not be reached."""
+    import torch
+
+    def poisons_fork() -> int:
+        raise AssertionError("cudaGetDeviceCount called: vLLM's forked engine core would fail")
+
+    monkeypatch.delenv("PYTORCH_NVML_BASED_CUDA_CHECK", raising=False)
+    monkeypatch.setattr(torch.cuda, "_is_compiled", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: 1)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", poisons_fork, raising=False)
+
+    assert config.cuda_available() is True
