@@ -1,6 +1,7 @@
 """``python -m bench`` (also ``inferscale bench``): ``serve`` (through a running API),
 ``fairness`` (the noisy-neighbour benchmark), ``canary`` (the fidelity canary's margin),
-``capacity`` (the pool's capacity model), anything else the runtime benchmarks' own parser."""
+``capacity`` (the pool's capacity model), ``inject`` (the fused injection kernel's bandwidth),
+anything else the runtime benchmarks' own parser."""
 
 from __future__ import annotations
 
@@ -21,6 +22,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.runtime.canary_margin import main as canary
 
         return canary(given[1:])
+    if given[:1] == ["inject"]:
+        from bench.runtime.inject import main as inject
+
+        return inject(given[1:])
     if given[:1] == ["capacity"]:
         from bench.capacity.__main__ import main as capacity
 

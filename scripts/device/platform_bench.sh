@@ -14,6 +14,8 @@
 #                                                   # GPU: A floods with 40 users, B one at a time
 #   bash scripts/device/platform_bench.sh embedder  # the runtime's query embedder: its CUDA graphs
 #                                                   # against the eager pass (test), and timed
+#   bash scripts/device/platform_bench.sh inject    # the fused injection kernel's GB/s against
+#                                                   # the HBM bound, GPU and host tiers (issue 29)
 #   bash scripts/device/platform_bench.sh faiss     # FAISS's GPU build: the index tests on the
 #                                                   # GPU, CPU vs GPU search times (after the four
 #                                                   # scripts/device/faiss_gpu carries)
@@ -91,6 +93,9 @@ case ${1:-} in
     python3 -m bench fairness --api http://127.0.0.1:8000 --runtime http://127.0.0.1:8100 \
       --users "${USERS:-40}" --b-requests 30 --slots "${SLOTS:-4,16,64}" --out "$res/fairness" \
       2>&1 | tail -40
+    ;;
+  inject)
+    python3 -m bench inject --out "$res/inject" 2>&1 | tail -12
     ;;
   embedder)
     python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/gpu_runtime/test_query_embedder.py \
