@@ -25,8 +25,8 @@
 # the GPU each; requests alternate, they never run at once); then `inferscale bench serve` at
 # 1 user (20 requests a cell) and 100 users (3 each), k = 0, 20, 50, 100, hybrid/kv/prompt and
 # the peer; then the runtime's own encode rate. Results under $OUT. A subset: KS=50 MODES=kv,hybrid
-# ENCODE=0 (the runtime's encode rate skipped); API_WORKERS=N API processes (4: run 4 found the
-# API the bound at 100 users).
+# ENCODE=0 (the runtime's encode rate skipped); SERVE_USERS=1 or 100 (one of the two runs);
+# API_WORKERS=N API processes (4: run 4 found the API the bound at 100 users).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck disable=SC1091
@@ -42,8 +42,14 @@ case ${1:-} in
     bash scripts/device/platform.sh peer "$model"
     for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
     curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
-    "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
-    "${bench[@]}" --users 100 --requests-per-user 3 --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+    # SERVE_USERS=1 or 100: one of the two runs (the platform and the peer stay up between
+    # back-to-back device calls, so the two can go in separate calls, each within its limit).
+    if [[ ",${SERVE_USERS:-1,100}," == *",1,"* ]]; then
+      "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+    fi
+    if [[ ",${SERVE_USERS:-1,100}," == *",100,"* ]]; then
+      "${bench[@]}" --users 100 --requests-per-user 3 --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+    fi
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3
     ;;
