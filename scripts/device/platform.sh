@@ -8,6 +8,7 @@
 #        runtime (MODEL_DIR, dummy weights unless it is the real SmolLM2), API, worker, beat
 #   bash scripts/device/platform.sh runtime MODEL_DIR           # the runtime alone, restarted
 #   bash scripts/device/platform.sh peer MODEL_DIR              # vLLM's own OpenAI server :8011
+#   bash scripts/device/platform.sh databases                   # Postgres and Redis alone
 #   bash scripts/device/platform.sh status | stop
 # Every service runs as a daemon (setsid) so it outlives the call that started it (the device
 # keeps such processes until the machine goes back); logs in /opt/platform/logs.
@@ -164,6 +165,7 @@ case ${1:-} in
   receive) receive "${2:?number of chunks}" ;;
   receive-gguf) receive "${2:?number of chunks}" gguf- ;;
   up) source "$BASE/env.sh"; up "${2:?model dir}" "${3:-4}" ;;
+  databases) source "$BASE/env.sh"; databases ;;
   runtime) source "$BASE/env.sh"; runtime "${2:?model dir}" ;;
   peer) source "$BASE/env.sh"; peer "${2:?model dir}" ;;
   status) for p in "$BASE"/*.pid; do echo "$(basename "$p" .pid): $(kill -0 "$(cat "$p")" 2>/dev/null && echo up || echo down)"; done ;;

@@ -104,6 +104,7 @@ case ${1:-} in
     python3 -m bench inject --out "$res/inject" 2>&1 | tail -12
     ;;
   embedder)
+    bash scripts/device/platform.sh databases || exit 1  # the suite's conftest needs Redis
     python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/gpu_runtime/test_query_embedder.py \
       -k graph 2>&1 | tee "$res/embedder-tests.log" | tail -8
     python3 -m bench.runtime.query_embed --out "$res/query-embed-h200.json"
