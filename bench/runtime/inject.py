@@ -93,7 +93,8 @@ def measure(
         pool.bind_device(device)
         config = EncodingConfig("bench", 0, 1)
         keys = [FactKey.for_fact(TENANT, f"f{i}", 1, config) for i in range(k)]
-        pool.put_many(TENANT, [(key, _fact(shape, i)) for i, key in enumerate(keys)])
+        facts = [_fact(shape, i) for i in range(k)]
+        pool.put_many(TENANT, list(zip(keys, facts, strict=True)))
         if tier == "host":
             pool.demote(TENANT, keys, Tier.HOST)
         on_gpu = pool.stats(TENANT)["gpu_entries"]
@@ -107,11 +108,9 @@ def measure(
         )
         half = WorkerHalf(pool, rotator, layout, fused=True)
         cache_shape = (blocks, shape.kv_heads, BLOCK, 2 * shape.head)  # [blocks, H, B, 2D]
-        half.register(
-            {f"model.layers.{i}.self_attn.attn": torch.zeros(cache_shape, dtype=torch.bfloat16,
-             device=device) for i in range(shape.layers)},
-            "FLASH_ATTN",
-        )  # fmt: skip
+        caches = {f"model.layers.{i}.self_attn.attn": torch.zeros(cache_shape,
+                  dtype=torch.bfloat16, device=device) for i in range(shape.layers)}  # fmt: skip
+        half.register(caches, "FLASH_ATTN")
         if half.fused is None:
             raise RuntimeError("the fused loader is not available here (Triton?)")
         pieces = tuple(
@@ -136,8 +135,8 @@ def measure(
         # A kernel that moved nothing would time well: the last layer must hold the last
         # fact's values (not rotated) at its slots.
         last = torch.from_numpy(load.slots()[-shape.tokens :])
-        _, values = layout.read(half._kv[half.layers[-1]], last.to(device))  # [n, H, D]
-        if not torch.equal(values.cpu(), _fact(shape, k - 1).values[-1]):
+        _, values = layout.read(caches[half.layers[-1]], last.to(device))  # [n, H, D]
+        if not torch.equal(values.cpu(), facts[-1].values[-1]):
             raise RuntimeError("the cache does not hold the injected values")
     read = k * fact_bytes
     p50 = statistics.median(times)
