@@ -18,7 +18,7 @@ from backend.resources import process_resources
 from backend.runtime.client import EngineClient
 from backend.services.memories import MemoryService, fact_key
 from gpu_runtime.client.composer import EncodeItem, Turn
-from gpu_runtime.types import EncodingConfig, TenantId
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 BATCH = 16
 
@@ -53,35 +53,53 @@ def encode_facts(
     encoded = 0
     for start in range(0, len(public_ids), BATCH):
         batch = public_ids[start : start + BATCH]
-        todo: list[EncodeItem] = []
-        versions: dict[int, int] = {}
-        with session_scope() as session:
+        with session_scope() as session:  # the rows exist, committed, before anyone claims them
             encodings = EncodingRepository(session, tenant)
             for fact in FactRepository(session, tenant).many(batch):
-                key = fact_key(tenant, fact, config)
-                row = encodings.ensure_pending(fact, config)
-                if row.status == EncodingStatus.READY and client.has(tenant, [key]):
-                    continue
+                encodings.ensure_pending(fact, config)
+        with session_scope() as session:
+            # The claim holds until this batch is stored and marked: a concurrent job for the
+            # same facts (a redelivery, beat's sweep, an import's session worker) waits, then
+            # finds them ready and stored, and never writes a fact's KV twice.
+            facts = FactRepository(session, tenant).many(batch)
+            claimed = EncodingRepository(session, tenant).claim(facts, config)
+            facts = [f for f in facts if f.id in claimed]  # else a newer version: its own job
+            keys = {f.id: fact_key(tenant, f, config) for f in facts}
+            ready = [f for f in facts if claimed[f.id].status == EncodingStatus.READY]
+            kept = client.stored(tenant, [keys[f.id] for f in ready])
+            done = {f.id for f, stored in zip(ready, kept, strict=True) if stored}
+            todo: list[EncodeItem] = []
+            for fact in (f for f in facts if f.id not in done):
+                key = keys[fact.id]
                 turns = _window(session, tenant, fact, config)
                 todo.append(composer.encode_item(key, fact.text, turns, config.window))
-                versions[fact.id] = fact.version
-        sizes = client.encode(tenant, config, todo) if todo else {}
-        with session_scope() as session:
-            facts = FactRepository(session, tenant)
-            encodings = EncodingRepository(session, tenant)
-            for item in todo:
-                key = item.span.key
-                live = facts.get(uuid.UUID(key.fact_id))
-                if live is None or live.version != versions[live.id]:
-                    # Deleted or changed while we encoded: its KV must not outlive it.
-                    client.purge(tenant, [key])
-                    continue
-                row = encodings.ensure_pending(live, config)
-                _mark_ready(row, sizes.get(key, 0))
-                encoded += 1
+            sizes = client.encode(tenant, config, todo) if todo else {}
+            encoded += _mark_stored(tenant, client, sizes, claimed)
         update_job(job_id, progress_add=len(batch))
     update_job(job_id, status=JobStatus.SUCCEEDED, payload_merge={"encoded": encoded})
     return encoded
+
+
+def _mark_stored(
+    tenant: TenantId,
+    client: EngineClient,
+    sizes: dict[FactKey, int],
+    claimed: dict[int, FactEncoding],
+) -> int:
+    """Mark the encoded facts' claimed rows ready, unless a fact was deleted or changed while it
+    was encoded (read in a fresh session): then its KV must not outlive it. Returns how many."""
+    with session_scope() as fresh:
+        live = FactRepository(fresh, tenant).many([uuid.UUID(k.fact_id) for k in sizes])
+        current = {str(f.public_id): (f.id, f.version) for f in live}
+    ready = 0
+    for key, nbytes in sizes.items():
+        fact = current.get(key.fact_id)
+        if fact is None or fact[1] != key.fact_version:
+            client.purge(tenant, [key])
+            continue
+        _mark_ready(claimed[fact[0]], nbytes)
+        ready += 1
+    return ready
 
 
 def _mark_ready(row: FactEncoding, nbytes: int) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 
@@ -29,6 +31,28 @@ class EncodingRepository(TenantScoped):
         row = self.get(fact.id, fact.version, config)
         assert row is not None
         return row
+
+    def claim(self, facts: Sequence[Fact], config: EncodingConfig) -> dict[int, FactEncoding]:
+        """Lock these facts' current-version rows under ``config`` until the transaction ends,
+        in row order (two claimants never deadlock), read fresh: a job that waited here sees
+        what the one before it stored. Keyed by fact row id; ``ensure_pending`` comes first."""
+        if not facts:
+            return {}
+        versions = {f.id: f.version for f in facts}
+        rows = self.session.scalars(
+            select(FactEncoding)
+            .where(
+                FactEncoding.tenant_id == self.tenant_uuid,
+                FactEncoding.fact_id.in_(versions),
+                FactEncoding.model == config.model,
+                FactEncoding.window == config.window,
+                FactEncoding.encoding_version == config.version,
+            )
+            .order_by(FactEncoding.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        return {r.fact_id: r for r in rows if r.fact_version == versions[r.fact_id]}
 
     def get(self, fact_id: int, fact_version: int, config: EncodingConfig) -> FactEncoding | None:
         return self.session.scalar(
