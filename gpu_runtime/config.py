@@ -99,6 +99,9 @@ class RuntimeSettings(BaseSettings):
     gpu_memory_utilization: float = 0.85
     enforce_eager: bool | None = None  # None: eager on CPUs, CUDA graphs on GPUs
     seed: int = 0
+    # vLLM's tensor parallelism inside this runtime: each worker rank pools and injects its KV
+    # heads' slice of every fact; the durable store keeps facts whole (docs/architecture.md).
+    tensor_parallel_size: int = Field(default=1, ge=1)
     engine_args: dict[str, Any] = Field(default_factory=dict)  # more AsyncEngineArgs (JSON)
     # vLLM's paged cache (``kv_cache_dtype``): auto is the model dtype; fp8 caches are served on
     # CUDA (FLASH_ATTN) only, vLLM-CPU's fp8 cache needs AVX-512 or AMX and is not injected into.

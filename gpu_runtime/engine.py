@@ -33,6 +33,13 @@ def configure_vllm_environment(settings: RuntimeSettings) -> None:
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     # The engine core (scheduler half) runs in its own process, never in the server's.
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "1"
+    if settings.tensor_parallel_size > 1 and not cuda_available():
+        cores = sorted(os.sched_getaffinity(0))
+        os.environ.setdefault(
+            "VLLM_CPU_OMP_THREADS_BIND", cpu_rank_binding(settings.tensor_parallel_size, cores)
+        )
+        # Manual binding: no core held back (the ranks share the allowed ones).
+        os.environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] = "0"
     # vLLM's sampler ranks logprobs with a torch.compile'd helper; on a CPU Inductor then needs a
     # C++ compiler, and in the slim image (none) the first request asking for logprobs killed
     # the engine (the fidelity canary's did, in the compose stack). There it runs eagerly.
@@ -55,24 +62,28 @@ def connector_options(settings: RuntimeSettings) -> ConnectorOptions:
     )
 
 
-def refuse_model_parallelism(engine_args: dict[str, Any]) -> None:
-    """The connector's pool is not rank-sharded: under tensor (or pipeline) parallelism every
-    rank would store its own shard of a fact under the one file name the fact has, and another
-    rank would load and inject that shard. A deployment grows by replicas (one engine per GPU)
-    until the plan in docs/architecture.md ("Tensor parallelism") is built."""
-    for name in ("tensor_parallel_size", "pipeline_parallel_size"):
-        size = int(engine_args.get(name) or 1)
-        if size > 1:
-            raise EngineError(
-                f"{name}={size} is not supported yet: the KV pool keeps one copy of a fact's "
-                "KV per fact, not per rank; run one runtime replica per GPU instead "
-                "(INFERSCALE_RUNTIME_URLS)"
-            )
+def refuse_pipeline_parallelism(engine_args: dict[str, Any]) -> None:
+    """Tensor parallelism is served (each rank pools its heads' slices: ``store/shards.py``);
+    pipeline parallelism is not: a rank would hold only some layers of every fact, and the
+    connector's loads and captures expect every layer in one worker."""
+    size = int(engine_args.get("pipeline_parallel_size") or 1)
+    if size > 1:
+        raise EngineError(
+            f"pipeline_parallel_size={size} is not supported: the KV pool keeps every layer of a "
+            "fact in one worker; use INFERSCALE_TENSOR_PARALLEL_SIZE, or one runtime replica "
+            "per GPU (INFERSCALE_RUNTIME_URLS)"
+        )
+
+
+def cpu_rank_binding(tensor_parallel_size: int, cores: list[int]) -> str:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for vLLM-CPU's TP ranks: one allowed core each, round
+    robin (its automatic binding wants one NUMA node per rank and refuses fewer)."""
+    return "|".join(str(cores[r % len(cores)]) for r in range(tensor_parallel_size))
 
 
 def engine_arguments(settings: RuntimeSettings, options: ConnectorOptions) -> dict[str, Any]:
     """``AsyncEngineArgs`` keywords for the settings (``settings.engine_args`` last)."""
-    refuse_model_parallelism(settings.engine_args)
+    refuse_pipeline_parallelism(settings.engine_args)
     from gpu_runtime.connector.vllm_connector import (
         CONNECTOR_MODULE,
         CONNECTOR_NAME,
@@ -93,6 +104,7 @@ def engine_arguments(settings: RuntimeSettings, options: ConnectorOptions) -> di
         "enforce_eager": settings.resolved_enforce_eager,
         "load_format": settings.load_format,
         "max_num_seqs": settings.max_num_seqs,
+        "tensor_parallel_size": settings.tensor_parallel_size,
         # One step prefills a whole prompt, so a capture never straddles two steps' blocks.
         "max_num_batched_tokens": settings.max_model_len,
         "worker_extension_cls": WORKER_EXTENSION,

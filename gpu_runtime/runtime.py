@@ -241,11 +241,18 @@ class InjectionRuntime:
         await self.engine.collective_rpc("inferscale_demote", args=(tenant.value, wire, tier))
 
     async def placement(self, tenant: TenantId, keys: Sequence[FactKey]) -> list[str | None]:
-        """Each fact's fastest tier on the first worker rank (``None``: not stored anywhere)."""
+        """Each fact's tier: under tensor parallelism the slowest of the ranks' (a load waits for
+        every rank's slice); "disk" when only the store holds it; ``None``: stored nowhere."""
         wire = [_wire(tenant, key) for key in keys]
         ranks = await self.engine.collective_rpc("inferscale_placement", args=(tenant.value, wire))
-        return [tier if tier is not None or not self.disk.contains(k) else "disk"
-                for tier, k in zip(ranks[0], keys, strict=True)]  # fmt: skip
+        order = {"gpu": 0, "host": 1}
+        out: list[str | None] = []
+        for key, tiers in zip(keys, zip(*ranks, strict=True), strict=True):
+            if all(t in order for t in tiers):
+                out.append(max(tiers, key=lambda t: order[t]))
+            else:
+                out.append("disk" if self.disk.contains(key) else None)
+        return out
 
     def contains(self, tenant: TenantId, keys: Sequence[FactKey]) -> list[bool]:
         """Whether each fact is stored (the durable store is what every worker loads from)."""

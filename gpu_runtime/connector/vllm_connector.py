@@ -48,8 +48,10 @@ from gpu_runtime.errors import UnsupportedLayoutError
 from gpu_runtime.layouts import CacheGeometry, layout_for
 from gpu_runtime.pool.budget import open_store
 from gpu_runtime.rope import RopeRotator
+from gpu_runtime.store.base import DurableKVStore
 from gpu_runtime.store.disk.stored_facts import StoredFacts
 from gpu_runtime.store.quant import FactDType, cache_fp8_dtype, is_fp8
+from gpu_runtime.store.shards import HeadShard, ShardedDiskStore
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -164,6 +166,25 @@ def _cpu_isa(vllm_config: Any, layer: Any, geometry: CacheGeometry) -> str:
     return str(isa)
 
 
+def _rank_view(vllm_config: Any) -> Callable[[DurableKVStore], DurableKVStore] | None:
+    """Under tensor parallelism: this rank's slices of the whole facts on disk, its writes
+    gathered on rank 0 over the TP group's CPU (gloo) group (``store/shards.py``)."""
+    if vllm_config.parallel_config.tensor_parallel_size == 1:
+        return None
+    from vllm.distributed.parallel_state import get_tp_group
+
+    group = get_tp_group()
+    total = vllm_config.model_config.get_total_num_kv_heads()
+    shard = HeadShard(group.rank_in_group, group.world_size, total)
+
+    def exchange(payload: torch.Tensor) -> list[torch.Tensor] | None:
+        out = [torch.empty_like(payload) for _ in range(shard.size)] if shard.rank == 0 else None
+        torch.distributed.gather(payload, out, dst=group.ranks[0], group=group.cpu_group)
+        return out
+
+    return lambda disk: ShardedDiskStore(disk, shard, exchange)
+
+
 class InferScaleConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: Any, role: Any, kv_cache_config: Any = None) -> None:
         super().__init__(vllm_config, role, kv_cache_config)
@@ -208,7 +229,8 @@ class InferScaleConnector(KVConnectorBase_V1):
         if backend == "CPU_ATTN" and not is_fp8(geometry.dtype):  # (FP8 there: refused next)
             cpu_op = _cpu_write_op(_cpu_isa(self._vllm_config, attention, geometry))
         layout = layout_for(backend, geometry, cpu_op)
-        store = open_store(self.options.disk_root, self.options.budget)
+        rank_view = _rank_view(self._vllm_config)
+        store = open_store(self.options.disk_root, self.options.budget, rank_view)
         rotator = build_rotator(self._vllm_config)
         device = kv_caches[first_name].device
         ordered = [layers[name] for name in layer_order(list(kv_caches))]

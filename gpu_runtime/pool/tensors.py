@@ -53,11 +53,12 @@ class TieredKVPool:
 
     @classmethod
     def create(
-        cls, disk_root: Path, gpu_bytes: int, host_bytes: int, slab_bytes: int,
+        cls, disk: Path | DurableKVStore, gpu_bytes: int, host_bytes: int, slab_bytes: int,
         tenant_gpu_quota: int | None = None,
     ) -> TieredKVPool:  # fmt: skip
         index = ResidencyIndex(gpu_bytes, host_bytes, slab_bytes, tenant_gpu_quota)
-        disk = PackedKVStore(disk_root)
+        if isinstance(disk, Path):
+            disk = PackedKVStore(disk)
         return cls(index, disk, gpu_bytes // slab_bytes, host_bytes // slab_bytes)
 
     def bind_device(self, device: torch.device) -> None:

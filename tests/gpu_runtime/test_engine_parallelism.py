@@ -1,25 +1,34 @@
-"""Tensor or pipeline parallelism is refused at start-up until the pool is rank-sharded: every
-rank would write its own head shard to the fact's one file and another rank would inject it
-(docs/architecture.md, "Tensor parallelism"). One engine per GPU, as replicas, is the way out."""
+"""Tensor parallelism is served (each rank pools its heads' slices, ``store/shards.py``); pipeline
+parallelism is refused at start-up with the way out, since a rank would hold only some layers."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpu_runtime.config import RuntimeSettings
-from gpu_runtime.engine import connector_options, engine_arguments, refuse_model_parallelism
+from gpu_runtime.engine import (
+    connector_options,
+    cpu_rank_binding,
+    engine_arguments,
+    refuse_pipeline_parallelism,
+)
 from gpu_runtime.errors import EngineError
 
 pytestmark = pytest.mark.unit
 
 
-@pytest.mark.parametrize("name", ["tensor_parallel_size", "pipeline_parallel_size"])
-def test_more_than_one_rank_per_engine_is_refused_with_the_way_out(name: str) -> None:
-    settings = RuntimeSettings(engine_args={name: 2})
-    with pytest.raises(EngineError, match=f"{name}=2 .*INFERSCALE_RUNTIME_URLS"):
+def test_pipeline_parallelism_is_refused_with_the_way_out() -> None:
+    settings = RuntimeSettings(engine_args={"pipeline_parallel_size": 2})
+    with pytest.raises(EngineError, match=r"pipeline_parallel_size=2 .*TENSOR_PARALLEL_SIZE"):
         engine_arguments(settings, connector_options(settings))
 
 
-def test_one_rank_is_what_the_runtime_runs() -> None:
-    refuse_model_parallelism({})
-    refuse_model_parallelism({"tensor_parallel_size": 1, "pipeline_parallel_size": 1})
+def test_tensor_parallelism_reaches_the_engine() -> None:
+    refuse_pipeline_parallelism({"tensor_parallel_size": 3, "pipeline_parallel_size": 1})
+    settings = RuntimeSettings(tensor_parallel_size=3)
+    assert engine_arguments(settings, connector_options(settings))["tensor_parallel_size"] == 3
+
+
+def test_cpu_ranks_are_bound_round_robin_over_the_allowed_cores() -> None:
+    assert cpu_rank_binding(3, [0, 1]) == "0|1|0"
+    assert cpu_rank_binding(2, [4, 5, 6]) == "4|5"

