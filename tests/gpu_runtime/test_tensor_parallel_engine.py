@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +25,7 @@ import httpx
 import pytest
 import torch
 
+from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import FactText
 from gpu_runtime.client.http import RuntimeClient
 from gpu_runtime.client.launch import RuntimeProcess
@@ -202,3 +204,40 @@ def test_a_purge_at_tp3_leaves_nothing_on_any_rank_or_on_disk(
     for rank in client.stats(tenant.value).workers:
         assert rank["entries"] == 0 and rank["gpu_bytes"] == rank["host_bytes"] == 0, rank
     assert runtime.generate(tenant, prompt, "kv").injected_tokens == 0
+
+
+def test_hybrid_at_tp3_injects_the_first_facts_and_prefills_the_rest(
+    runtime: EngineHarness, tp1: EngineHarness
+) -> None:
+    tenant = TenantId(f"tenant-{uuid.uuid4().hex[:8]}")
+    config = tp1.config(window=0)
+    facts = _facts(tenant, config)
+    tp1.encode_facts(tenant, config, [(f.key, f.text) for f in facts])
+    tp1.generate(tenant, tp1.compose(tenant, config, facts, QUERY), "kv")  # its preamble
+    hybrid = runtime.composer.compose(tenant, config, facts, [], QUERY, injected=2)
+    assert len(hybrid.segment.spans) == 3  # the preamble and two facts; the third is text
+    served = runtime.generate(tenant, hybrid, "kv", prefix_cache=False)
+    assert served.injected_tokens == hybrid.segment.end < len(hybrid.token_ids)
+    assert "Biscuit" in served.text
+    assert served.token_ids == tp1.generate(tenant, hybrid, "kv", prefix_cache=False).token_ids
+
+
+def test_a_prefetch_hint_reaches_every_rank(
+    runtime: EngineHarness, tp3_server: RuntimeProcess
+) -> None:
+    """Facts demoted to host DRAM on every rank come back to the GPU tier on every rank after one
+    hint (each rank has its hint socket); placement answers the slowest rank's tier."""
+    tenant = TenantId(f"tenant-{uuid.uuid4().hex[:8]}")
+    config = runtime.config(window=0)
+    facts = _facts(tenant, config)
+    runtime.encode_facts(tenant, config, [(f.key, f.text) for f in facts])
+    client = RuntimeClient(tp3_server.url, SERVICE_TOKEN)
+    keys = [p.key_model(f.key) for f in facts]
+    client.demote(p.DemoteRequest(tenant=tenant.value, keys=keys, tier="host"))
+    assert client.placement(p.KeysRequest(tenant=tenant.value, keys=keys)) == ["host"] * 3
+    client.prefetch(p.KeysRequest(tenant=tenant.value, keys=keys))
+    deadline = time.monotonic() + 30
+    while client.placement(p.KeysRequest(tenant=tenant.value, keys=keys)) != ["gpu"] * 3:
+        assert time.monotonic() < deadline, client.stats(tenant.value).workers
+        time.sleep(0.2)
+    assert all(rank["gpu_entries"] == 3 for rank in client.stats(tenant.value).workers)
