@@ -67,14 +67,22 @@ async def residency(
     _: AdminDep, resources: ResourcesDep, tenant_id: uuid.UUID | None = None
 ) -> dict[str, Any]:
     """Live pool statistics, for one tenant or all: every worker rank of every runtime replica
-    that answers (each named by its ``replica``), and each replica's prefix-cache epoch."""
+    that answers (each named by its ``replica``), their counts and bytes summed (``totals``:
+    under tensor parallelism each rank holds a slice of every fact, so a fact counts once per
+    rank and its bytes add up to the whole), and each replica's prefix-cache epoch."""
     name = str(tenant_id) if tenant_id else None
     answers = await run_in_threadpool(resources.engine.stats_everywhere, name)
     workers = [{**w, "replica": url} for url, stats in answers for w in stats.workers]
+    totals: dict[str, int] = {}
+    for worker in workers:
+        for field, value in worker.items():
+            if isinstance(value, int) and not isinstance(value, bool):
+                totals[field] = totals.get(field, 0) + value
     epochs = {url: stats.epoch for url, stats in answers}
     home = resources.engine.replica_of(TenantId(name)) if name else None
-    return {"tenant_id": name, "workers": workers, "epoch": epochs.get(home, 0) if home else 0,
-            "epochs": epochs, "replica": home}  # fmt: skip
+    return {"tenant_id": name, "workers": workers, "totals": totals,
+            "epoch": epochs.get(home, 0) if home else 0, "epochs": epochs,
+            "replica": home}  # fmt: skip
 
 
 @router.get("/jobs")

@@ -121,3 +121,11 @@ def test_every_api_process_refuses_a_revoked_key_at_once(
         key_id = api.get(f"/v1/tenants/{tenant.id}/keys", headers=ADMIN).json()[0]["id"]
         assert api.delete(f"/v1/tenants/{tenant.id}/keys/{key_id}", headers=ADMIN).is_success
         assert status() == 401
+
+
+def test_residency_lists_every_rank_and_sums_them(api: TestClient) -> None:
+    body = api.get("/v1/admin/residency", headers=ADMIN).json()
+    assert body["workers"], body
+    for field in ("gpu_bytes", "host_bytes", "entries", "gpu_capacity_bytes", "evictions"):
+        assert body["totals"][field] == sum(w[field] for w in body["workers"])
+    assert "load_latency" not in body["totals"] and "replica" not in body["totals"]
