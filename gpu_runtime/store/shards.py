@@ -95,10 +95,6 @@ def join(slices: Sequence[FactKV]) -> FactKV:
     return FactKV.build(keys, values, first.positions, cat("key_scales"), cat("value_scales"))
 
 
-def _tensors(kv: FactKV) -> tuple[torch.Tensor, ...]:
-    return (kv.keys, kv.values, *((kv.key_scales, kv.value_scales) if kv.scaled else ()))
-
-
 def _as_bytes(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
     """[sum of nbytes] uint8, on the CPU (gloo gathers host memory)."""
     flat = [t.detach().contiguous().cpu().reshape(-1).view(torch.uint8) for t in tensors]
@@ -108,12 +104,11 @@ def _as_bytes(tensors: Iterable[torch.Tensor]) -> torch.Tensor:
 def _from_bytes(blob: torch.Tensor, like: FactKV) -> FactKV:
     """``like``'s tensors (shapes and dtypes) read back out of another rank's ``blob``."""
     out, offset = [], 0
-    for t in _tensors(like):
+    for t in like.tensors:
         n = t.numel() * t.element_size()
         out.append(blob[offset : offset + n].view(t.dtype).reshape(t.shape))
         offset += n
-    scales = (out[2], out[3]) if like.scaled else (None, None)
-    return FactKV.build(out[0], out[1], like.positions, *scales)
+    return FactKV.build(*out)  # keys, values, positions[, key and value scales]
 
 
 class ShardedDiskStore:
@@ -139,7 +134,7 @@ class ShardedDiskStore:
             if kv.keys.shape[2] != len(self.shard.heads):
                 raise ShardMismatchError(f"{key}: {kv.keys.shape[2]} heads, this rank holds "
                                          f"{len(self.shard.heads)}")  # fmt: skip
-        gathered = self._exchange(_as_bytes(t for _, kv in batch for t in _tensors(kv)))
+        gathered = self._exchange(_as_bytes(t for _, kv in batch for t in kv.tensors))
         if gathered is None:
             return [kv.nbytes for _, kv in batch]
         whole = []
@@ -152,7 +147,7 @@ class ShardedDiskStore:
     def _unpack(blob: torch.Tensor, batch: list[tuple[FactKey, FactKV]]) -> list[FactKV]:
         facts, offset = [], 0
         for _, kv in batch:
-            n = sum(t.numel() * t.element_size() for t in _tensors(kv))
+            n = kv.nbytes
             facts.append(_from_bytes(blob[offset : offset + n], kv))
             offset += n
         return facts
