@@ -266,6 +266,13 @@ class InjectionRuntime:
         )
         return result
 
+    async def trace(self, reset: bool) -> list[dict[str, Any]]:
+        """Per worker process: the connector hooks' timings (``connector/timing.py``)."""
+        result: list[dict[str, Any]] = await self.engine.collective_rpc(
+            "inferscale_trace", args=(reset,)
+        )
+        return result
+
     async def describe(self) -> list[dict[str, Any]]:
         result: list[dict[str, Any]] = await self.engine.collective_rpc("inferscale_describe")
         return result

@@ -69,6 +69,9 @@ RUNTIME = RuntimeProcess(
         # Facts as captured, on a GPU too (auto would store FP8 there): the suite's exactness
         # tests are bitwise (scripts/device/platform_bench.sh exactness runs them on the H200).
         "INFERSCALE_FACT_KV_DTYPE": "native",
+        # The connector's hooks timed, so the profile bench's harness test reads real counts
+        # (POST /v1/trace); the hooks run the same code, wrapped in a timer.
+        "INFERSCALE_TRACE_CONNECTOR": "1",
         "PYTHONUNBUFFERED": "1",
     },
     port=RUNTIME_PORT,

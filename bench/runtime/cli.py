@@ -20,13 +20,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PARTS = ("ttft", "hybrid", "throughput", "offload", "encode", "peer")
+PARTS = ("ttft", "hybrid", "throughput", "offload", "encode", "peer", "profile")
 
 
 def _parts(value: str) -> list[str]:
-    """``all`` (every part but ``peer``) or a comma-separated subset of ``PARTS``."""
+    """``all`` (every part but ``peer`` and ``profile``) or a comma-separated subset of
+    ``PARTS`` (``profile`` times the connector's hooks, which costs the other parts a little)."""
     wanted = (
-        [p for p in PARTS if p != "peer"] if value == "all" else [p for p in value.split(",") if p]
+        [p for p in PARTS if p not in ("peer", "profile")]
+        if value == "all"
+        else [p for p in value.split(",") if p]
     )
     unknown = [p for p in wanted if p not in PARTS]
     if unknown or not wanted:
@@ -59,7 +62,14 @@ async def _run(args: argparse.Namespace, session: Any) -> dict[str, Any]:
                 workload, _ints(args.users), args.throughput_k, args.max_tokens, args.rounds
             )
         if "offload" in args.what:
-            result["offload"] = await offload(workload, args.offload_k, args.repeats)
+            leads = tuple(_ints(args.hint_leads))
+            result["offload"] = await offload(
+                workload, args.offload_k, args.repeats, hint_leads_ms=leads
+            )
+        if "profile" in args.what:
+            from bench.runtime.profile import profile
+
+            result["profile"] = await profile(workload, args.profile_k, args.repeats)
         if "peer" in args.what:
             if not args.peer_url:
                 raise SystemExit("peer needs --peer-url (a `vllm serve` of the same model shape)")
@@ -107,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=1, help="throughput: rounds per cell")
     parser.add_argument("--offload-k", type=int, default=50)
+    parser.add_argument(
+        "--hint-leads", default="5,10,20", help="offload: prefetch hint sent this many ms ahead"
+    )
+    parser.add_argument("--profile-k", type=int, default=50, help="profile: facts per request")
     parser.add_argument("--windows", default="0,5,20", help="encode: context windows w")
     parser.add_argument("--encode-facts", type=int, default=200, help="encode: facts per w")
     parser.add_argument("--peer-url", help="peer: vLLM's OpenAI server to compare against")

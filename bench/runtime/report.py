@@ -111,6 +111,29 @@ def write_report(result: dict[str, Any], out: Path) -> None:
             ),
             "",
         ]
+        if o.get("lead_penalty_ms"):
+            parts += [
+                "Prefetch hint sent ahead of the request (TTFT from the request, ms):\n",
+                "| hint ahead | kv TTFT | penalty against the GPU tier |",
+                "|---|---|---|",
+                f"| 0 ms (with the request) | {prefetch['median']:.2f} "
+                f"| {o['prefetch_penalty_ms']:+.2f} |"
+                if prefetch
+                else "",
+                *(
+                    f"| {lead} ms | {o[f'host_hint_{lead}ms']['median']:.2f} | {penalty:+.2f} |"
+                    for lead, penalty in o["lead_penalty_ms"].items()
+                ),
+                "",
+            ]
+    if "profile" in result:
+        from bench.runtime.profile import profile_table
+
+        parts += [
+            "#### Where a request's TTFT goes (medians, ms)\n",
+            profile_table(result["profile"]),
+            "",
+        ]
     if "peer" in result:
         from bench.runtime.peer import peer_table
 

@@ -62,6 +62,8 @@ def runtime_env(args: argparse.Namespace, kv_dir: str) -> dict[str, str]:
         env["INFERSCALE_KV_CACHE_DTYPE"] = args.kv_cache_dtype
     if getattr(args, "fact_kv_dtype", None):
         env["INFERSCALE_FACT_KV_DTYPE"] = args.fact_kv_dtype
+    if "profile" in getattr(args, "what", ()):
+        env["INFERSCALE_TRACE_CONNECTOR"] = "1"  # the connector's hooks timed (profile)
     engine: dict[str, Any] = {}
     if args.load_format == "dummy":  # random weights: token ids only, no text to detokenize
         engine["skip_tokenizer_init"] = True

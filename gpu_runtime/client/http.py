@@ -280,6 +280,10 @@ class RuntimeClient:
             )
         return raw.astype(np.float32).reshape(len(texts), result.dim)
 
+    def trace(self, reset: bool = False) -> p.TraceResult:
+        response = self._request("POST", "/v1/trace", p.TraceRequest(reset=reset))
+        return p.TraceResult.model_validate_json(response.content)
+
     def stats(self, tenant: str | None = None) -> p.StatsResult:
         path = "/v1/stats" + (f"?{httpx.QueryParams({'tenant': tenant})}" if tenant else "")
         return p.StatsResult.model_validate_json(self._request("GET", path).content)

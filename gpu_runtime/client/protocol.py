@@ -21,6 +21,7 @@ model's. ``POST /v1/generate`` streams NDJSON, one ``GenerateEvent`` per line.
 | ``POST /v1/demote`` | ``DemoteRequest`` | 204 once the facts sit on that tier or below |
 | ``GET /v1/stats?tenant=`` | | ``StatsResult`` |
 | ``POST /v1/embed`` | ``EmbedRequest`` | ``EmbedResult`` (rev. 3; 503 ``no_embedder`` if off) |
+| ``POST /v1/trace`` | ``TraceRequest`` | ``TraceResult``: the connector's hook timings (rev. 4) |
 
 Revisions (``PROTOCOL_REVISION``, also in ``ModelInfo.protocol_revision``; additions only, so a
 client of an older revision is still served):
@@ -33,6 +34,8 @@ client of an older revision is still served):
 * 3: ``POST /v1/embed`` (query embeddings on the runtime's device) and
   ``ModelInfo.query_embedder`` (the embedding model's name, ``None`` when not served);
   ``ModelInfo.fidelity`` and ``/readyz``'s ``fidelity``: the start-up canary's verdict.
+* 4: ``POST /v1/trace`` (profiling: per worker process, the connector hooks' calls and time since
+  the last reset; empty unless the runtime runs with ``INFERSCALE_TRACE_CONNECTOR=1``).
 
 Errors: ``{"error": {"code", "message"}}`` with 400 (``prompt_too_long``, ``invalid_request``),
 401 (``unauthorized``), 422 (``invalid_request``), 503 (``not_ready``, ``engine_dead``).
@@ -47,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from gpu_runtime.types import FactKey, MemorySegment, Span
 
 API_VERSION = "v1"
-PROTOCOL_REVISION = 3  # see the module docstring: what each revision added
+PROTOCOL_REVISION = 4  # see the module docstring: what each revision added
 RUNTIME_ID_HEADER = "X-InferScale-Runtime"  # changes on every start: clients refresh ModelInfo
 
 TenantField = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -240,6 +243,16 @@ class StatsResult(BaseModel):
     # queue: running, waiting, admitted, queued, queue_wait_s, preempted, tokens served, counter,
     # weight.
     fairness: dict[str, dict[str, float]] = {}
+
+
+class TraceRequest(_Body):
+    reset: bool = False  # start a new count after reading this one
+
+
+class TraceResult(BaseModel):
+    # Per worker process: {"enabled", "pid", "hooks": {hook: {"calls", "total_ms", "mean_us"}}}.
+    # At TP=1 the engine core runs the worker, so the scheduler half's hooks are counted there.
+    workers: list[dict[str, Any]]
 
 
 class FairnessRequest(_Body):

@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from gpu_runtime.connector import timing
 from gpu_runtime.connector.worker import WorkerHalf
 from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.pool.entries import Tier
@@ -126,3 +127,12 @@ class WorkerRpc:
 
     def inferscale_stats(self, tenant: str | None) -> dict[str, Any]:
         return self._inferscale().stats(tenant)
+
+    def inferscale_trace(self, reset: bool) -> dict[str, Any]:
+        """The connector's hook timings in this process since the last reset (empty unless the
+        runtime runs with ``INFERSCALE_TRACE_CONNECTOR=1``); ``reset`` starts a new count. At
+        TP=1 the engine core runs the worker, so the scheduler half's hooks are here too."""
+        hooks = timing.snapshot()
+        if reset:
+            timing.reset()
+        return {"enabled": timing.ENABLED, "pid": os.getpid(), "hooks": hooks}

@@ -281,6 +281,11 @@ async def resize_fairness(body: p.FairnessRequest, runtime: RuntimeDep) -> p.Fai
     return await fairness(runtime)
 
 
+@api.post("/trace", response_model=p.TraceResult)
+async def trace(body: p.TraceRequest, runtime: RuntimeDep) -> p.TraceResult:
+    return p.TraceResult(workers=await runtime.trace(body.reset))
+
+
 @api.get("/stats", response_model=p.StatsResult)
 async def stats(
     runtime: RuntimeDep, tenant: str | None = Query(default=None, min_length=1, max_length=200)

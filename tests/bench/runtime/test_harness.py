@@ -13,6 +13,7 @@ import pytest
 from backend.core.paths import locomo_dir
 from bench.runtime.encode import encode_rate
 from bench.runtime.measure import offload, throughput, ttft_vs_k
+from bench.runtime.profile import PARTS, profile
 from bench.runtime.report import write_report
 from bench.runtime.workload import Workload, locomo_facts, locomo_windows
 from gpu_runtime.client.http import RuntimeClient
@@ -26,7 +27,8 @@ async def _measure(workload: Workload) -> dict[str, Any]:
         return {
             "ttft": await ttft_vs_k(workload, [0, 4], repeats=2, warmup=1),
             "throughput": await throughput(workload, [2], k=4, max_tokens=3),
-            "offload": await offload(workload, k=4, repeats=1, warmup=0),
+            "offload": await offload(workload, k=4, repeats=1, warmup=0, hint_leads_ms=(5,)),
+            "profile": await profile(workload, k=4, repeats=2, warmup=1),
         }
     finally:
         await workload.client.aclose()
@@ -63,6 +65,23 @@ def test_ttft_throughput_offload_and_encode_harness(runtime: EngineHarness, tmp_
     # bench reports how many (resident < segments).
     assert 0 < moved["resident"]["host"] <= moved["segments"]
     assert "penalty_ms" in moved and "prefetch_penalty_ms" in moved
+    assert moved["host_hint_5ms"]["n"] == 1 and set(moved["lead_penalty_ms"]) == {"5"}
+
+    profiled = measured["profile"]
+    rows = {(r["mode"], r["k"]): r["parts_ms"] for r in profiled["rows"]}
+    assert set(rows) == {("prompt", 0), ("kv", 0), ("kv", 4), ("prompt_prefix_cache", 4),
+                         ("prompt", 4)}  # fmt: skip
+    for parts in rows.values():
+        assert all(parts[part]["n"] == 2 for part in PARTS)
+        median = {part: parts[part]["median"] for part in PARTS}
+        assert 0 < median["engine_ttft"] < median["client_ttft"]  # the HTTP hop costs something
+        assert median["scheduler_hooks"] > 0  # vLLM asks the connector about every request
+    # Only a request with facts loads: the worker's load hook has work in the kv k=4 cell.
+    kv = rows[("kv", 4)]
+    assert kv["hook:start_load_kv"]["median"] > 0 and kv["worker_hooks"]["median"] > 0
+    assert set(profiled["deltas_ms"]) == {
+        "kv0_minus_prompt0", "kv4_minus_free_kv4", "engine_kv4_minus_free_kv4"
+    }  # fmt: skip
 
     samples = {
         window: [
@@ -86,4 +105,5 @@ def test_ttft_throughput_offload_and_encode_harness(runtime: EngineHarness, tmp_
     assert "| 4 |" in table and "Throughput" in table and "offload" in table
     assert "prefix cache / its k=0" in table and "| 1.00x |" in table  # k=0 against itself
     assert "encoding rate" in table
+    assert "| 5 ms |" in table and "| free KV | 4 |" in table
     json.dumps(result)  # serialisable as written by the CLI

@@ -1,0 +1,139 @@
+"""Where one request's time to first token goes, through the runtime service (issue 29).
+
+One request at a time, round-robin over the cells, each split into:
+
+* ``http_stream``: the client's TTFT minus the runtime's (request and response bodies, the HTTP
+  exchange, the NDJSON stream's first line reaching the client);
+* ``scheduler_hooks`` and ``worker_hooks``: the connector's own hooks (CPU time on the engine's
+  threads, ``connector/timing.py``), read through ``POST /v1/trace`` after each request;
+* ``engine_rest``: the runtime's TTFT minus the hooks: the runtime's request handling, the fair
+  gate, vLLM's scheduling, the forward and the output's way back.
+
+Cells: ``prompt`` and ``kv`` at k=0 (a kv request without facts runs as prompt mode), and at k:
+``kv``, free KV (``prompt_prefix_cache``: vLLM reusing the same facts' blocks, the floor of any
+injection) and ``prompt``. The runtime must run with ``INFERSCALE_TRACE_CONNECTOR=1`` (a runtime
+this bench starts does); without it the hook columns would be zero, so the bench refuses.
+GPU work the hooks enqueue is not waited for: on CUDA the kernel's time shows in ``engine_rest``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+from bench.runtime.measure import request_for, summary
+from bench.runtime.workload import Workload
+from gpu_runtime.client import protocol as p
+
+SCHEDULER_HOOKS = (
+    "get_num_new_matched_tokens",
+    "update_state_after_alloc",
+    "build_connector_meta",
+    "request_finished",
+)
+WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
+PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
+         "engine_rest")  # fmt: skip
+
+
+def cells(k: int) -> list[tuple[str, int]]:
+    return [("prompt", 0), ("kv", 0), ("kv", k), ("prompt_prefix_cache", k), ("prompt", k)]
+
+
+def hook_ms(trace: p.TraceResult) -> dict[str, float]:
+    """Total ms per hook, summed over the worker processes."""
+    out: dict[str, float] = {}
+    for worker in trace.workers:
+        for name, row in worker.get("hooks", {}).items():
+            out[name] = out.get(name, 0.0) + float(row["total_ms"])
+    return out
+
+
+def split(client_ttft: float, engine_ttft: float, hooks: dict[str, float]) -> dict[str, float]:
+    """One request's parts (ms); they add up to ``client_ttft``."""
+    scheduler = sum(hooks.get(h, 0.0) for h in SCHEDULER_HOOKS)
+    worker = sum(hooks.get(h, 0.0) for h in WORKER_HOOKS)
+    return {
+        "client_ttft": client_ttft,
+        "engine_ttft": engine_ttft,
+        "http_stream": client_ttft - engine_ttft,
+        "scheduler_hooks": scheduler,
+        "worker_hooks": worker,
+        "engine_rest": engine_ttft - scheduler - worker,
+        **{f"hook:{name}": ms for name, ms in hooks.items()},
+    }
+
+
+async def _one(w: Workload, mode: str, k: int) -> dict[str, float]:
+    request, hint = request_for(w, mode, list(range(k)), 1)
+    await asyncio.to_thread(w.client.trace, True)  # a fresh count for this request
+    started = time.perf_counter()
+    sent = asyncio.ensure_future(w.client.aprefetch(hint)) if hint is not None else None
+    first: float | None = None
+    engine_ttft: float | None = None
+    async for event in w.client.agenerate(request):
+        if first is None and event.token_ids:
+            first = time.perf_counter()
+        if event.engine_ttft_ms is not None:
+            engine_ttft = event.engine_ttft_ms
+    if sent is not None:
+        await sent
+    assert first is not None and engine_ttft is not None
+    trace = await asyncio.to_thread(w.client.trace, False)
+    return split((first - started) * 1000, engine_ttft, hook_ms(trace))
+
+
+async def profile(w: Workload, k: int, repeats: int, warmup: int = 2) -> dict[str, Any]:
+    trace = await asyncio.to_thread(w.client.trace, True)
+    if not trace.workers or not all(worker.get("enabled") for worker in trace.workers):
+        raise SystemExit("profile needs a runtime started with INFERSCALE_TRACE_CONNECTOR=1")
+    wanted = cells(k)
+    samples: dict[tuple[str, int], list[dict[str, float]]] = {cell: [] for cell in wanted}
+    for i in range(warmup + repeats):
+        for mode, n in wanted:
+            sample = await _one(w, mode, n)
+            if i >= warmup:
+                samples[(mode, n)].append(sample)
+    rows = []
+    for mode, n in wanted:
+        got = samples[(mode, n)]
+        names = sorted({name for s in got for name in s})
+        row: dict[str, Any] = {"mode": mode, "k": n}
+        row["parts_ms"] = {name: summary([s.get(name, 0.0) for s in got]) for name in names}
+        rows.append(row)
+        medians = {part: row["parts_ms"][part]["median"] for part in PARTS}
+        print(f"profile {mode:<20} k={n:<3} " + " ".join(f"{a} {v:.2f}" for a, v in
+                                                         medians.items()), flush=True)  # fmt: skip
+    return {"k": k, "repeats": repeats, "rows": rows, "deltas_ms": deltas(rows, k)}
+
+
+def deltas(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
+    """The issue's two differences, from the medians of the parts."""
+
+    def median(mode: str, n: int, part: str = "client_ttft") -> float:
+        for row in rows:
+            if row["mode"] == mode and row["k"] == n:
+                return float(row["parts_ms"][part]["median"])
+        return math.nan
+
+    return {
+        "kv0_minus_prompt0": median("kv", 0) - median("prompt", 0),
+        f"kv{k}_minus_free_kv{k}": median("kv", k) - median("prompt_prefix_cache", k),
+        f"engine_kv{k}_minus_free_kv{k}": median("kv", k, "engine_ttft")
+        - median("prompt_prefix_cache", k, "engine_ttft"),
+    }
+
+
+def profile_table(result: dict[str, Any]) -> str:
+    """Markdown: one row per cell, medians of each part in ms."""
+    head = "| cell | k | " + " | ".join(PARTS) + " |"
+    lines = [head, "|" + "---|" * (len(PARTS) + 2)]
+    for row in result["rows"]:
+        cell = "free KV" if row["mode"] == "prompt_prefix_cache" else row["mode"]
+        values = " | ".join(f"{row['parts_ms'][part]['median']:.2f}" for part in PARTS)
+        lines.append(f"| {cell} | {row['k']} | {values} |")
+    lines.append("")
+    lines += [f"* {name}: {value:+.2f} ms" for name, value in result["deltas_ms"].items()]
+    return "\n".join(lines) + "\n"
