@@ -81,6 +81,8 @@ class Finish:
     cached_tokens: int  # not computed: injected plus vLLM's prefix-cache hits
     injected_tokens: int
     engine_ttft_ms: float | None
+    # The engine core's connector hook totals (ms, cumulative) when they are timed (profiling)
+    scheduler_trace_ms: dict[str, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -133,6 +133,7 @@ class InjectionRuntime:
         prompt_tokens = len(request.token_ids)
         completion = cached = injected = 0
         finish: str | None = None
+        trace: dict[str, float] | None = None
         async for output in self._run(
             tenant, request.token_ids, salt, sampling, params, request.weight, sampling.resumable
         ):
@@ -153,8 +154,9 @@ class InjectionRuntime:
             if output.finished:
                 finish = best.finish_reason
                 injected = _injected(output)
+                trace = _scheduler_trace(output)
         ttft = (first - received) * 1000 if first is not None else None
-        yield Finish(finish, prompt_tokens, completion, cached, injected, ttft)
+        yield Finish(finish, prompt_tokens, completion, cached, injected, ttft, trace)
 
     # ---- encoding ------------------------------------------------------------------------
     async def encode(
@@ -345,8 +347,19 @@ def _wire(tenant: TenantId, key: FactKey) -> dict[str, Any]:
     return key.to_wire()
 
 
-def _injected(output: Any) -> int:
-    """Tokens the connector supplied, as its scheduler half reported them in the final output."""
+def _ours(output: Any) -> dict[str, Any]:
+    """What the connector's scheduler half put in the request's final output."""
     params = getattr(output, "kv_transfer_params", None) or {}
     ours = params.get(WIRE_KEY) if isinstance(params, dict) else None
-    return int(ours.get("injected", 0)) if isinstance(ours, dict) else 0
+    return ours if isinstance(ours, dict) else {}
+
+
+def _injected(output: Any) -> int:
+    """Tokens the connector supplied, as its scheduler half reported them."""
+    return int(_ours(output).get("injected", 0))
+
+
+def _scheduler_trace(output: Any) -> dict[str, float] | None:
+    """The engine core's connector hook totals (ms) when the hooks are timed, else ``None``."""
+    trace = _ours(output).get("trace_ms")
+    return {str(k): float(v) for k, v in trace.items()} if isinstance(trace, dict) else None

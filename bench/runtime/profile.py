@@ -5,7 +5,9 @@ One request at a time, round-robin over the cells, each split into:
 * ``http_stream``: the client's TTFT minus the runtime's (request and response bodies, the HTTP
   exchange, the NDJSON stream's first line reaching the client);
 * ``scheduler_hooks`` and ``worker_hooks``: the connector's own hooks (CPU time on the engine's
-  threads, ``connector/timing.py``), read through ``POST /v1/trace`` after each request;
+  threads, ``connector/timing.py``): the worker half's read through ``POST /v1/trace`` after
+  each request, the scheduler half's from the engine core's totals on the request's ``done``
+  event (the difference from the previous request's: they are cumulative);
 * ``engine_rest``: the runtime's TTFT minus the hooks: the runtime's request handling, the fair
   gate, vLLM's scheduling, the forward and the output's way back.
 
@@ -26,14 +28,8 @@ from typing import Any
 from bench.runtime.measure import request_for, summary
 from bench.runtime.workload import Workload
 from gpu_runtime.client import protocol as p
+from gpu_runtime.connector.timing import SCHEDULER_HOOKS, WORKER_HOOKS
 
-SCHEDULER_HOOKS = (
-    "get_num_new_matched_tokens",
-    "update_state_after_alloc",
-    "build_connector_meta",
-    "request_finished",
-)
-WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
 PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
          "engine_rest")  # fmt: skip
 
@@ -42,13 +38,20 @@ def cells(k: int) -> list[tuple[str, int]]:
     return [("prompt", 0), ("kv", 0), ("kv", k), ("prompt_prefix_cache", k), ("prompt", k)]
 
 
-def hook_ms(trace: p.TraceResult) -> dict[str, float]:
-    """Total ms per hook, summed over the worker processes."""
+def worker_hook_ms(trace: p.TraceResult) -> dict[str, float]:
+    """Total ms per worker-half hook since the last reset, summed over the worker processes."""
     out: dict[str, float] = {}
     for worker in trace.workers:
         for name, row in worker.get("hooks", {}).items():
-            out[name] = out.get(name, 0.0) + float(row["total_ms"])
+            if name in WORKER_HOOKS:
+                out[name] = out.get(name, 0.0) + float(row["total_ms"])
     return out
+
+
+def scheduler_hook_ms(now: dict[str, float], before: dict[str, float]) -> dict[str, float]:
+    """One request's scheduler-half hooks (ms): the engine core's cumulative totals at its end
+    less those at the previous request's end (sequential requests: nothing else ran between)."""
+    return {name: now[name] - before.get(name, 0.0) for name in SCHEDULER_HOOKS if name in now}
 
 
 def split(client_ttft: float, engine_ttft: float, hooks: dict[str, float]) -> dict[str, float]:
@@ -66,23 +69,33 @@ def split(client_ttft: float, engine_ttft: float, hooks: dict[str, float]) -> di
     }
 
 
-async def _one(w: Workload, mode: str, k: int) -> dict[str, float]:
-    request, hint = request_for(w, mode, list(range(k)), 1)
-    await asyncio.to_thread(w.client.trace, True)  # a fresh count for this request
-    started = time.perf_counter()
-    sent = asyncio.ensure_future(w.client.aprefetch(hint)) if hint is not None else None
-    first: float | None = None
-    engine_ttft: float | None = None
-    async for event in w.client.agenerate(request):
-        if first is None and event.token_ids:
-            first = time.perf_counter()
-        if event.engine_ttft_ms is not None:
-            engine_ttft = event.engine_ttft_ms
-    if sent is not None:
-        await sent
-    assert first is not None and engine_ttft is not None
-    trace = await asyncio.to_thread(w.client.trace, False)
-    return split((first - started) * 1000, engine_ttft, hook_ms(trace))
+class _Profiler:
+    def __init__(self, w: Workload) -> None:
+        self.w = w
+        self.scheduler_totals: dict[str, float] = {}  # the engine core's, after the last request
+
+    async def one(self, mode: str, k: int) -> dict[str, float]:
+        w = self.w
+        request, hint = request_for(w, mode, list(range(k)), 1)
+        await asyncio.to_thread(w.client.trace, True)  # a fresh count of the worker's hooks
+        started = time.perf_counter()
+        sent = asyncio.ensure_future(w.client.aprefetch(hint)) if hint is not None else None
+        first: float | None = None
+        done: p.GenerateEvent | None = None
+        async for event in w.client.agenerate(request):
+            if first is None and event.token_ids:
+                first = time.perf_counter()
+            if event.event == "done":
+                done = event
+        if sent is not None:
+            await sent
+        assert first is not None and done is not None and done.engine_ttft_ms is not None
+        if done.scheduler_trace_ms is None:
+            raise SystemExit("profile needs a runtime started with INFERSCALE_TRACE_CONNECTOR=1")
+        worker = worker_hook_ms(await asyncio.to_thread(w.client.trace, False))
+        scheduler = scheduler_hook_ms(done.scheduler_trace_ms, self.scheduler_totals)
+        self.scheduler_totals = done.scheduler_trace_ms
+        return split((first - started) * 1000, done.engine_ttft_ms, {**scheduler, **worker})
 
 
 async def profile(w: Workload, k: int, repeats: int, warmup: int = 2) -> dict[str, Any]:
@@ -91,9 +104,11 @@ async def profile(w: Workload, k: int, repeats: int, warmup: int = 2) -> dict[st
         raise SystemExit("profile needs a runtime started with INFERSCALE_TRACE_CONNECTOR=1")
     wanted = cells(k)
     samples: dict[tuple[str, int], list[dict[str, float]]] = {cell: [] for cell in wanted}
+    profiler = _Profiler(w)
+    await profiler.one("prompt", 0)  # the engine core's totals so far: the first baseline
     for i in range(warmup + repeats):
         for mode, n in wanted:
-            sample = await _one(w, mode, n)
+            sample = await profiler.one(mode, n)
             if i >= warmup:
                 samples[(mode, n)].append(sample)
     rows = []

@@ -35,7 +35,9 @@ client of an older revision is still served):
   ``ModelInfo.query_embedder`` (the embedding model's name, ``None`` when not served);
   ``ModelInfo.fidelity`` and ``/readyz``'s ``fidelity``: the start-up canary's verdict.
 * 4: ``POST /v1/trace`` (profiling: per worker process, the connector hooks' calls and time since
-  the last reset; empty unless the runtime runs with ``INFERSCALE_TRACE_CONNECTOR=1``).
+  the last reset; empty unless the runtime runs with ``INFERSCALE_TRACE_CONNECTOR=1``), and then
+  ``GenerateEvent.scheduler_trace_ms`` on ``done``: the engine core's hook totals, where the
+  scheduler half runs (``collective_rpc`` reaches only the workers).
 
 Errors: ``{"error": {"code", "message"}}`` with 400 (``prompt_too_long``, ``invalid_request``),
 401 (``unauthorized``), 422 (``invalid_request``), 503 (``not_ready``, ``engine_dead``).
@@ -146,6 +148,9 @@ class GenerateEvent(BaseModel):
     finish_reason: str | None = None
     usage: Usage | None = None
     engine_ttft_ms: float | None = None  # request received -> first token, in the runtime
+    # ``done``, when the runtime times the connector's hooks (rev. 4): the engine core's hook
+    # totals in ms so far, cumulative (the scheduler half's hooks run there)
+    scheduler_trace_ms: dict[str, float] | None = None
     code: str | None = None
     message: str | None = None
 
@@ -246,12 +251,12 @@ class StatsResult(BaseModel):
 
 
 class TraceRequest(_Body):
-    reset: bool = False  # start a new count after reading this one
+    reset: bool = False  # start the worker hooks' count afresh after reading this one
 
 
 class TraceResult(BaseModel):
-    # Per worker process: {"enabled", "pid", "hooks": {hook: {"calls", "total_ms", "mean_us"}}}.
-    # At TP=1 the engine core runs the worker, so the scheduler half's hooks are counted there.
+    # Per worker process: {"enabled", "pid", "hooks": {hook: {"calls", "total_ms", "mean_us"}}}:
+    # the worker half's hooks since the last reset (the scheduler half's: ``scheduler_trace_ms``)
     workers: list[dict[str, Any]]
 
 

@@ -129,10 +129,11 @@ class WorkerRpc:
         return self._inferscale().stats(tenant)
 
     def inferscale_trace(self, reset: bool) -> dict[str, Any]:
-        """The connector's hook timings in this process since the last reset (empty unless the
-        runtime runs with ``INFERSCALE_TRACE_CONNECTOR=1``); ``reset`` starts a new count. At
-        TP=1 the engine core runs the worker, so the scheduler half's hooks are here too."""
+        """The connector's hook timings in this process (empty unless the runtime runs with
+        ``INFERSCALE_TRACE_CONNECTOR=1``); ``reset`` starts the worker half's counts afresh.
+        Where vLLM runs the worker inside its engine core, the scheduler half's cumulative
+        totals show here too (``timing.SCHEDULER_HOOKS``)."""
         hooks = timing.snapshot()
         if reset:
-            timing.reset()
+            timing.reset(timing.WORKER_HOOKS)
         return {"enabled": timing.ENABLED, "pid": os.getpid(), "hooks": hooks}

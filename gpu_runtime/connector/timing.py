@@ -15,6 +15,17 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
+# The hooks of each half. The worker half's are read (and reset) through ``collective_rpc``; the
+# scheduler half's run in vLLM's engine core, which that does not reach when the workers are
+# processes of their own (vLLM-CPU, TP > 1): their totals stay cumulative and ride on each
+# finished request's output instead.
+SCHEDULER_HOOKS = (
+    "get_num_new_matched_tokens",
+    "update_state_after_alloc",
+    "build_connector_meta",
+    "request_finished",
+)
+WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
 ENABLED = os.environ.get("INFERSCALE_TRACE_CONNECTOR") == "1"
 _totals: dict[str, list[float]] = {}  # hook -> [calls, seconds]
 _lock = threading.Lock()
@@ -42,9 +53,11 @@ def timed(name: str) -> Callable[[F], F]:
     return wrap
 
 
-def reset() -> None:
+def reset(names: tuple[str, ...] | None = None) -> None:
+    """Starts these hooks' counts afresh (all of them by default)."""
     with _lock:
-        _totals.clear()
+        for name in list(_totals) if names is None else names:
+            _totals.pop(name, None)
 
 
 def snapshot() -> dict[str, dict[str, float]]:

@@ -28,6 +28,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorWorkerMetadata,
 )
 
+from gpu_runtime.connector import timing
 from gpu_runtime.connector.catalog import FactCatalog
 from gpu_runtime.connector.codec import CacheFormat, FactCodec
 from gpu_runtime.connector.control import WorkerControl, WorkerRpc
@@ -342,12 +343,17 @@ class InferScaleConnector(KVConnectorBase_V1):
     def request_finished(
         self, request: Any, block_ids: list[int]
     ) -> tuple[bool, dict[str, Any] | None]:
-        """Reports how many prompt tokens were injected, in the request's final output."""
+        """Reports how many prompt tokens were injected, in the request's final output; when the
+        hooks are timed, also this process's totals so far (the scheduler half runs in vLLM's
+        engine core, which ``collective_rpc`` does not reach when workers are processes)."""
         self._decoded.pop(request.request_id, None)
         if self._scheduler is None:
             return False, None
         injected = self._scheduler.finished(request.request_id)
-        return False, ({WIRE_KEY: {"injected": injected}} if injected is not None else None)
+        ours: dict[str, Any] = {"injected": injected} if injected is not None else {}
+        if timing.ENABLED:
+            ours["trace_ms"] = {name: row["total_ms"] for name, row in timing.snapshot().items()}
+        return False, ({WIRE_KEY: ours} if ours else None)
 
 
 class InferScaleWorkerExtension(WorkerRpc):

@@ -199,7 +199,7 @@ def _line(event: Delta | Finish, mode: Mode) -> str:
     metrics.TOKENS.labels("prefilled").inc(usage.prefilled_tokens)
     done = p.GenerateEvent(
         event="done", finish_reason=event.finish_reason, usage=usage,
-        engine_ttft_ms=event.engine_ttft_ms,
+        engine_ttft_ms=event.engine_ttft_ms, scheduler_trace_ms=event.scheduler_trace_ms,
     )  # fmt: skip
     return done.model_dump_json(exclude_none=True) + "\n"
 
