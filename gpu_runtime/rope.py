@@ -38,27 +38,34 @@ class RopeRotator:
 
     def rotate(self, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """keys [n, heads, head_size] (pre-RoPE) -> float32 keys rotated to ``positions`` [n]."""
-        return self._apply(keys, positions, inverse=False)
+        return self._apply(keys, positions, backward=None)
 
     def unrotate(self, keys: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """keys [n, heads, head_size] rotated at ``positions`` [n] -> float32 pre-RoPE keys."""
-        return self._apply(keys, positions, inverse=True)
+        return self._apply(keys, positions, backward=torch.ones_like(positions, dtype=torch.bool))
 
     def move(self, keys: torch.Tensor, source: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """keys [n, heads, head_size] rotated at ``source`` [n] -> float32, rotated at ``target``.
 
         One rotation by ``target - source`` (R(0) is exactly the identity, so keys that stay put
-        come back bit for bit); tables that scale magnitudes go through pre-RoPE form instead.
+        come back bit for bit), backwards where the target lies before the source; tables that
+        scale magnitudes go through pre-RoPE form instead.
         """
         if not self.composes:
             return self.rotate(self.unrotate(keys, source), target)
         delta = target.to(torch.int64) - source.to(torch.int64)
-        forward = self._apply(keys, delta.abs(), inverse=False)
-        backward = self._apply(keys, delta.abs(), inverse=True)
-        ahead = (delta >= 0).to(forward.device)[:, None, None]
-        return torch.where(ahead, forward, backward)
+        return self._apply(keys, delta.abs(), backward=delta < 0)
 
-    def _apply(self, keys: torch.Tensor, positions: torch.Tensor, inverse: bool) -> torch.Tensor:
+    def _apply(
+        self, keys: torch.Tensor, positions: torch.Tensor, backward: torch.Tensor | None
+    ) -> torch.Tensor:
+        """R(p) per row, or R(p)^-1 = R(-p) (same cos, opposite sin) where ``backward`` [n].
+
+        Each half of a pair is two products and one sum, written into one output buffer: the
+        same float32 operations, in the same order, as the textbook form (``x1 cos - x2 sin``,
+        ``x2 cos + x1 sin``), so the bits do not depend on which way a row turns, but with no
+        intermediate concatenations (on vLLM-CPU this was most of a 20-fact load: 27 -> 5 ms
+        for 30 layers x 420 tokens, ``tests/gpu_runtime/test_rope.py`` holds the bits)."""
         if keys.dim() != 3 or keys.shape[-1] != self.head_size:
             raise ValueError(f"keys must be [n, heads, {self.head_size}], got {tuple(keys.shape)}")
         if positions.numel() and int(positions.max()) >= self.max_position:
@@ -68,14 +75,23 @@ class RopeRotator:
         if table is None:
             table = self._tables.setdefault(x.device, self.cos_sin_cache.to(x.device))
         cos, sin = table.index_select(0, positions.to(x.device).long()).chunk(2, dim=-1)
+        if backward is not None:  # [n, rotary_dim / 2]
+            sin = torch.where(backward.to(x.device)[:, None], -sin, sin)
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)  # [n, 1, rotary_dim / 2]
-        if inverse:
-            sin = -sin  # R(p)^-1 = R(-p): same cos, opposite sin
-        rot, passthrough = x[..., : self.rotary_dim], x[..., self.rotary_dim :]
+        rot = self.rotary_dim
+        out = torch.empty_like(x)  # [n, heads, head_size] float32
         if self.is_neox_style:  # pairs (i, i + rotary_dim/2)
-            x1, x2 = rot.chunk(2, dim=-1)
-            out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+            x1, x2 = x[..., : rot // 2], x[..., rot // 2 : rot]
+            first, second = out[..., : rot // 2], out[..., rot // 2 : rot]
         else:  # GPT-J style: interleaved pairs (2i, 2i + 1)
-            x1, x2 = rot[..., 0::2], rot[..., 1::2]
-            out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
-        return torch.cat((out, passthrough), dim=-1)  # [n, heads, head_size] float32
+            x1, x2 = x[..., 0:rot:2], x[..., 1:rot:2]
+            first, second = out[..., 0:rot:2], out[..., 1:rot:2]
+        scratch = torch.empty_like(x1)  # [n, heads, rotary_dim / 2]
+        torch.mul(x1, cos, out=first)
+        torch.mul(x2, sin, out=scratch)
+        first.sub_(scratch)
+        torch.mul(x2, cos, out=second)
+        torch.mul(x1, sin, out=scratch)
+        second.add_(scratch)
+        out[..., rot:] = x[..., rot:]  # beyond the rotary dims: as they were
+        return out

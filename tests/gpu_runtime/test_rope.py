@@ -92,3 +92,53 @@ def test_scaled_tables_move_through_pre_rope_form() -> None:
     torch.testing.assert_close(
         rot.move(keys, src, dst), rot.rotate(rot.unrotate(keys, src), dst), rtol=1e-6, atol=1e-6
     )
+
+
+def textbook(
+    x: torch.Tensor, cos_sin: torch.Tensor, pos: torch.Tensor, rotary_dim: int, neox: bool
+) -> torch.Tensor:
+    """float32 RoPE in its usual form (what the rotator computed before it wrote into one
+    buffer): ``x1 cos - x2 sin`` and ``x2 cos + x1 sin``, concatenated."""
+    cos, sin = cos_sin[pos].chunk(2, dim=-1)
+    cos, sin = cos[:, None], sin[:, None]
+    rot, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    if neox:
+        x1, x2 = rot.chunk(2, dim=-1)
+        out = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    else:
+        x1, x2 = rot[..., 0::2], rot[..., 1::2]
+        out = torch.stack((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).flatten(-2)
+    return torch.cat((out, rest), dim=-1)
+
+
+@pytest.mark.parametrize("neox", [True, False])
+@pytest.mark.parametrize("rotary_dim", [16, 8])
+def test_rotations_are_the_textbook_form_bit_for_bit(neox: bool, rotary_dim: int) -> None:
+    """The stored facts' keys and the exactness tests rest on these bits: rotating, undoing and
+    moving (forwards and backwards in one call) give exactly the textbook float32 operations."""
+    torch.manual_seed(3)
+    cos_sin = table(512, rotary_dim)
+    rot = RopeRotator(cos_sin, head_size=16, rotary_dim=rotary_dim, is_neox_style=neox)
+    keys = torch.randn(40, 3, 16)
+    source = torch.randint(0, 256, (40,))
+    target = torch.randint(0, 512, (40,))
+    target[:5] = source[:5]  # some stay put
+    backwards = cos_sin.clone()
+    backwards[:, rotary_dim // 2 :] = -backwards[:, rotary_dim // 2 :]  # R(-p): opposite sin
+
+    def bits(t: torch.Tensor) -> torch.Tensor:
+        return t.view(torch.int32)
+
+    assert torch.equal(
+        bits(rot.rotate(keys, target)), bits(textbook(keys, cos_sin, target, rotary_dim, neox))
+    )
+    assert torch.equal(
+        bits(rot.unrotate(keys, source)), bits(textbook(keys, backwards, source, rotary_dim, neox))
+    )
+    delta = target - source
+    ahead = textbook(keys, cos_sin, delta.abs(), rotary_dim, neox)
+    behind = textbook(keys, backwards, delta.abs(), rotary_dim, neox)
+    expected = torch.where((delta >= 0)[:, None, None], ahead, behind)
+    assert (delta < 0).any() and (delta > 0).any()
+    assert torch.equal(bits(rot.move(keys, source, target)), bits(expected))
+    assert torch.equal(rot.move(keys, source, target)[:5], keys[:5])  # R(0) is the identity
