@@ -7,6 +7,7 @@ import uuid
 
 from sqlalchemy.orm import Session
 
+from backend.core.config import get_settings
 from backend.db.models import EncodingStatus, Fact, FactEncoding, JobStatus
 from backend.db.session import session_scope
 from backend.jobs.pipeline.progress import update_job
@@ -21,6 +22,7 @@ from gpu_runtime.client.composer import EncodeItem, Turn
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 BATCH = 16
+CLAIM_MARGIN_S = 60.0  # a batch's claim outlasts its encode call by this much
 
 
 def _window(
@@ -62,7 +64,7 @@ def encode_facts(
             # same facts (a redelivery, beat's sweep, an import's session worker) waits, then
             # finds them ready and stored, and never writes a fact's KV twice.
             facts = FactRepository(session, tenant).many(batch)
-            claimed = EncodingRepository(session, tenant).claim(facts, config)
+            claimed = EncodingRepository(session, tenant).claim(facts, config, _claim_hold_s())
             facts = [f for f in facts if f.id in claimed]  # else a newer version: its own job
             keys = {f.id: fact_key(tenant, f, config) for f in facts}
             ready = [f for f in facts if claimed[f.id].status == EncodingStatus.READY]
@@ -78,6 +80,12 @@ def encode_facts(
         update_job(job_id, progress_add=len(batch))
     update_job(job_id, status=JobStatus.SUCCEEDED, payload_merge={"encoded": encoded})
     return encoded
+
+
+def _claim_hold_s() -> float:
+    """How long a batch's claim may wait or be held: the runtime client's timeout bounds the
+    encode call in between, and a minute covers the rest of the batch."""
+    return get_settings().runtime_timeout_s + CLAIM_MARGIN_S
 
 
 def _mark_stored(

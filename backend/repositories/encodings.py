@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 
 from backend.db.models import EncodingStatus, Fact, FactEncoding
@@ -32,12 +32,24 @@ class EncodingRepository(TenantScoped):
         assert row is not None
         return row
 
-    def claim(self, facts: Sequence[Fact], config: EncodingConfig) -> dict[int, FactEncoding]:
+    def claim(
+        self, facts: Sequence[Fact], config: EncodingConfig, hold_s: float
+    ) -> dict[int, FactEncoding]:
         """Lock these facts' current-version rows under ``config`` until the transaction ends,
         in row order (two claimants never deadlock), read fresh: a job that waited here sees
-        what the one before it stored. Keyed by fact row id; ``ensure_pending`` comes first."""
+        what the one before it stored. Keyed by fact row id; ``ensure_pending`` comes first.
+
+        ``hold_s`` bounds the claim both ways, for this transaction only: waiting for another
+        claimant's rows (``lock_timeout``: then Postgres refuses with ``LockNotAvailable``) and
+        sitting idle while holding them (``idle_in_transaction_session_timeout``: a worker
+        frozen or cut off from Postgres mid-batch loses its session, and its rows go to the
+        next claimant, instead of holding them, and a tenant delete behind them, until TCP
+        gives up). Longer than any one encode call lasts."""
         if not facts:
             return {}
+        bound = str(max(1, round(hold_s * 1000)))  # ms
+        for setting in ("lock_timeout", "idle_in_transaction_session_timeout"):
+            self.session.execute(select(func.set_config(setting, bound, True)))  # SET LOCAL
         versions = {f.id: f.version for f in facts}
         rows = self.session.scalars(
             select(FactEncoding)
