@@ -29,6 +29,8 @@ class Sample:
     cached_tokens: int
     injected_tokens: int
     prompt_tokens: int
+    engine_ttft_ms: float | None = None  # the runtime's own, from the ``done`` event
+    scheduler_trace_ms: dict[str, float] | None = None  # hooks timed: the engine core's totals
 
 
 def request_for(
@@ -56,19 +58,20 @@ async def timed(
     as in the backend it overlaps composing)."""
     sent = asyncio.ensure_future(w.client.aprefetch(hint)) if hint is not None else None
     first: float | None = None
-    usage: p.Usage | None = None
+    end: p.GenerateEvent | None = None
     async for event in w.client.agenerate(request):
         if first is None and event.token_ids:
             first = time.perf_counter()
-        if event.usage is not None:
-            usage = event.usage
+        if event.event == "done":
+            end = event
     done = time.perf_counter()
     if sent is not None:
         await sent
-    assert first is not None and usage is not None
+    assert first is not None and end is not None and end.usage is not None
+    usage = end.usage
     return Sample(
         (first - started) * 1000, (done - started) * 1000, usage.cached_tokens,
-        usage.injected_tokens, usage.prompt_tokens,
+        usage.injected_tokens, usage.prompt_tokens, end.engine_ttft_ms, end.scheduler_trace_ms,
     )  # fmt: skip
 
 

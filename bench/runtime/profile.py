@@ -25,7 +25,7 @@ import math
 import time
 from typing import Any
 
-from bench.runtime.measure import request_for, summary
+from bench.runtime.measure import request_for, summary, timed
 from bench.runtime.workload import Workload
 from gpu_runtime.client import protocol as p
 from gpu_runtime.connector.timing import SCHEDULER_HOOKS, WORKER_HOOKS
@@ -78,24 +78,13 @@ class _Profiler:
         w = self.w
         request, hint = request_for(w, mode, list(range(k)), 1)
         await asyncio.to_thread(w.client.trace, True)  # a fresh count of the worker's hooks
-        started = time.perf_counter()
-        sent = asyncio.ensure_future(w.client.aprefetch(hint)) if hint is not None else None
-        first: float | None = None
-        done: p.GenerateEvent | None = None
-        async for event in w.client.agenerate(request):
-            if first is None and event.token_ids:
-                first = time.perf_counter()
-            if event.event == "done":
-                done = event
-        if sent is not None:
-            await sent
-        assert first is not None and done is not None and done.engine_ttft_ms is not None
-        if done.scheduler_trace_ms is None:
+        sample = await timed(w, request, hint, time.perf_counter())
+        if sample.scheduler_trace_ms is None or sample.engine_ttft_ms is None:
             raise SystemExit("profile needs a runtime started with INFERSCALE_TRACE_CONNECTOR=1")
         worker = worker_hook_ms(await asyncio.to_thread(w.client.trace, False))
-        scheduler = scheduler_hook_ms(done.scheduler_trace_ms, self.scheduler_totals)
-        self.scheduler_totals = done.scheduler_trace_ms
-        return split((first - started) * 1000, done.engine_ttft_ms, {**scheduler, **worker})
+        scheduler = scheduler_hook_ms(sample.scheduler_trace_ms, self.scheduler_totals)
+        self.scheduler_totals = sample.scheduler_trace_ms
+        return split(sample.ttft_ms, sample.engine_ttft_ms, {**scheduler, **worker})
 
 
 async def profile(w: Workload, k: int, repeats: int, warmup: int = 2) -> dict[str, Any]:

@@ -146,6 +146,13 @@ class FusedLoader:
                 return False
             pins.append((load.tenant, keys))
             pinned.append(found)
+        kernel_format = {(self.shape.stored_dtype, self.shape.scaled)}
+        if any(found.formats != kernel_format for found in pinned):
+            # Facts stored in another format than the kernel reads: the PyTorch path converts
+            # them. (The fact dtype is part of every key, so a runtime's own writes are all in
+            # its format; a store written otherwise must not kill the engine.)
+            self._unpin(pins)
+            return False
         try:
             plan = self._plan(loads, pinned)
         except Exception:
@@ -243,8 +250,6 @@ class FusedLoader:
         for load, found in zip(loads, pinned, strict=True):
             if found.n_layers != {self.shape.n_layers}:
                 raise ValueError(f"facts of {load.req_id} were encoded for another model shape")
-            if found.formats != {(self.shape.stored_dtype, self.shape.scaled)}:
-                raise ValueError(f"facts of {load.req_id} are not stored as this kernel reads")
             index = {key: i for i, key in enumerate(found.keys)}
             pieces = np.array(
                 [(index[p.key], p.src_offset, p.n, p.position) for p in load.pieces], np.int64

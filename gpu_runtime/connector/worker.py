@@ -173,8 +173,29 @@ class WorkerHalf:
         return found, None
 
     def _gather(self, pieces: list[tuple[LoadPiece, FactKV]]) -> tuple[torch.Tensor, torch.Tensor]:
-        """All pieces concatenated, then turned into what the cache holds at their prompt
-        positions (``FactCodec.to_cache``: re-rotated, dequantized or re-quantized there)."""
+        """All pieces concatenated, in what the cache holds at their prompt positions. Each run
+        of pieces stored alike is converted on its own (``FactCodec.to_cache``: re-rotated,
+        dequantized or re-quantized), in order. (A runtime writes one format, and the format
+        is part of every key; but a store holding both under one key, as written by hand,
+        once raised here and took the engine down.)"""
+        keys, values = [], []
+        run: list[tuple[LoadPiece, FactKV]] = []
+        for piece, kv in pieces:
+            if run and _format(run[-1][1]) != _format(kv):
+                k, v = self._gather_alike(run)
+                keys.append(k)
+                values.append(v)
+                run = []
+            run.append((piece, kv))
+        k, v = self._gather_alike(run)
+        if not keys:
+            return k, v
+        return torch.cat([*keys, k], dim=1), torch.cat([*values, v], dim=1)  # [L, n, H, D]
+
+    def _gather_alike(
+        self, pieces: list[tuple[LoadPiece, FactKV]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pieces stored in one format, concatenated and converted for the cache."""
         keys, values, key_scales, value_scales, sources = [], [], [], [], []
         for piece, kv in pieces:
             window = slice(piece.src_offset, piece.src_offset + piece.n)
@@ -184,8 +205,6 @@ class WorkerHalf:
                 key_scales.append(kv.key_scales[:, window].to(self.device, non_blocking=True))
                 value_scales.append(kv.value_scales[:, window].to(self.device, non_blocking=True))
             sources.append(kv.positions[window].cpu())
-        if key_scales and len(key_scales) != len(pieces):
-            raise MissingKVError("a request's facts are stored in different formats")
         k, v = torch.cat(keys, dim=1), torch.cat(values, dim=1)  # [L, n, H, D]
         ks = torch.cat(key_scales, dim=1) if key_scales else None  # [L, n, H]
         vs = torch.cat(value_scales, dim=1) if value_scales else None
@@ -276,3 +295,8 @@ class WorkerHalf:
     def forget(self, req_id: str) -> None:
         for slot in [s for s in self._buffers if s[0] == req_id]:
             del self._buffers[slot]
+
+
+def _format(kv: FactKV) -> tuple[torch.dtype, bool]:
+    """How a fact is stored: its element type, and whether it carries FP8 scales."""
+    return kv.keys.dtype, kv.key_scales is not None

@@ -31,6 +31,8 @@ from gpu_runtime.client.http import RuntimeClient
 from gpu_runtime.client.launch import RuntimeProcess
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.rope import RopeRotator
+from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.quant import dequantize, quantize
 from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId
 from tests.gpu_runtime.test_injection_exactness import FACTS, QUERY
 from tests.gpu_runtime.test_injection_exactness import (
@@ -241,3 +243,67 @@ def test_a_prefetch_hint_reaches_every_rank(
         assert time.monotonic() < deadline, client.stats(tenant.value).workers
         time.sleep(0.2)
     assert all(rank["gpu_entries"] == 1 for rank in client.stats(tenant.value).workers)
+
+
+def _as_fp8(kv: FactKV) -> FactKV:
+    """An FP8 fact as a runtime with ``INFERSCALE_FACT_KV_DTYPE=fp8_e4m3`` stores it: e4m3 with
+    one float32 scale per (layer, token, head) row."""
+    keys, key_scales = quantize(kv.keys)  # [L, n, H, D], [L, n, H]
+    values, value_scales = quantize(kv.values)
+    return FactKV.build(keys, values, kv.positions, key_scales, value_scales)
+
+
+def test_fp8_facts_are_served_at_tp3_as_at_tp1(
+    runtime: EngineHarness,
+    tp1: EngineHarness,
+    tp3_server: RuntimeProcess,
+    runtime_server: RuntimeProcess,
+) -> None:
+    """FP8 facts in the store are cut by head with their scales on load: at TP=3 the cache
+    holds exactly TP=1's bits over the segment, the facts' values their dequantization and
+    their keys that re-rotated, with nothing re-encoded at either degree. (The facts are written
+    here as an FP8 runtime stores them, under these native runtimes' keys, so that no third
+    engine starts; an FP8 runtime's own captures at TP=3, scales gathered to rank 0 with their
+    heads, are covered by ``test_shards.py``. The tenant's preamble stays native: one request
+    loads both formats.)"""
+    tenant, config, natives = _encoded_by(tp1)
+    facts = []
+    for fact in natives:
+        kv = tp1.stored(fact.key)
+        assert kv is not None and kv.key_scales is None
+        key = FactKey.for_fact(tenant, f"{fact.key.fact_id}-fp8", 1, config)
+        tp1.disk.put(key, _as_fp8(kv))
+        facts.append(FactText(key, fact.text))
+    prompt = tp1.compose(tenant, config, facts, QUERY)
+    tp1.generate(tenant, prompt, "kv")  # the tenant's preamble, stored once
+    held: list[list[FactKV]] = []
+    for harness, server in ((tp1, runtime_server), (runtime, tp3_server)):
+        before = _encoded(server)
+        served = harness.generate(tenant, prompt, "kv", prefix_cache=False)
+        assert served.injected_tokens == prompt.segment.end
+        assert _encoded(server) == before  # the FP8 facts loaded, not encoded again
+        version = config.version + 200 + len(held)  # the cache captured under other keys
+        echo = tuple(
+            Span(FactKey(tenant, s.key.fact_id, 1, config.model, 0, version), s.start, s.n_tokens)
+            for s in prompt.segment.spans
+        )
+        result = harness.encode(tenant, [(prompt.token_ids, echo)], inject=prompt.segment.spans,
+                                config=config)  # fmt: skip
+        assert not result.missing
+        copies = [harness.stored(copy.key) for copy in echo]
+        assert all(c is not None for c in copies)
+        held.append([c for c in copies if c is not None])
+    at_1, at_3 = held
+    rotator = _rotator()
+    for span, one, three in zip(prompt.segment.spans[1:], at_1[1:], at_3[1:], strict=True):
+        assert torch.equal(one.keys, three.keys) and torch.equal(one.values, three.values)
+        stored = tp1.stored(span.key)
+        assert stored is not None and stored.key_scales is not None
+        assert stored.value_scales is not None
+        values = dequantize(stored.values, stored.value_scales)
+        assert torch.equal(three.values, values.to(three.values.dtype))
+        keys = dequantize(stored.keys, stored.key_scales)  # [L, n, H, D] float32
+        layers = keys.shape[0]
+        moved = rotator.move(keys.flatten(0, 1), stored.positions.repeat(layers),
+                             three.positions.repeat(layers))  # fmt: skip
+        assert torch.equal(three.keys, moved.view(keys.shape).to(three.keys.dtype))

@@ -23,6 +23,7 @@ from gpu_runtime.pool.entries import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.rope import RopeRotator
 from gpu_runtime.store.fact_kv import FactKV
+from gpu_runtime.store.quant import dequantize, quantize
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 from tests.gpu_runtime.test_rope import table
 
@@ -178,3 +179,48 @@ def test_a_gone_fact_fails_only_its_request_and_reports_its_blocks(tmp_path: Pat
         values = layout.read(half._kv[half.layers[0]], slots)[1]
         assert torch.equal(values, fact(1, 5, heads, head, at=0).values[0])
     assert half.take_failed_blocks() == set() and half.take_report() is None
+
+
+def _as_fp8(kv: FactKV) -> FactKV:
+    keys, key_scales = quantize(kv.keys)  # [L, n, H, D] e4m3, [L, n, H] float32
+    values, value_scales = quantize(kv.values)
+    return FactKV.build(keys, values, kv.positions, key_scales, value_scales)
+
+
+def test_facts_stored_in_two_formats_load_in_one_request(tmp_path: Path) -> None:
+    """Native and FP8 facts in one request: the fused kernel reads one format, so the step takes
+    the PyTorch path, which converts each run of pieces on its own. Runtimes never write such a
+    mix (the fact dtype is part of every key), but a store written by hand can hold one (the
+    TP=3 FP8 engine test's does), and before, the kernel's plan raised and the PyTorch path
+    refused it: either way the engine died."""
+    heads, head = 2, 16
+    slab = heads * head * 2 * 4
+    pool = TieredKVPool.create(tmp_path, 16 * slab, 64 * slab, slab)
+    rot = RopeRotator(table(512, head), head, head, True)
+    native, fp8 = fact(1, 3, heads, head, at=0), _as_fp8(fact(2, 4, heads, head, at=40))
+    keys = [FactKey.for_fact(T, name, 1, CFG) for name in ("native", "fp8", "native-2")]
+    for key, kv in zip(keys, (native, fp8, native), strict=True):
+        pool.put(T, key, kv)
+    pieces = (
+        LoadPiece(keys[0], 0, 3, position=0),
+        LoadPiece(keys[1], 0, 4, position=3),
+        LoadPiece(keys[2], 0, 3, position=7),
+    )
+    load = LoadRequest("r", T, pieces, tuple(range(BLOCKS)), BLOCK, start=0, end=10)
+    fast = worker(pool, rot, heads, head, True)
+    assert fast.fused is not None
+    assert fast.fused.start([load]) is False  # not a format the kernel reads: nothing done
+
+    fast.start_load(InjectionMetadata(loads=[load]))
+    fast.finish_step()
+    assert fast.take_failed_blocks() == set()
+    layout = FlashLogicalLayout(CacheGeometry(heads, head, BLOCK, torch.bfloat16))
+    slots = torch.from_numpy(load.slots())
+    assert fp8.value_scales is not None
+    wanted_values = torch.cat(
+        [native.values, dequantize(fp8.values, fp8.value_scales).bfloat16(), native.values], dim=1
+    )  # [L, 10, H, D]: each fact's values as stored, the FP8 one dequantized
+    for layer, name in enumerate(fast.layers):
+        k, v = layout.read(fast._kv[name], slots)  # [10, H, D] each
+        assert torch.equal(v, wanted_values[layer])
+        assert torch.equal(k[:3], native.keys[layer])  # at its capture positions: as stored
