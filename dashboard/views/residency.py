@@ -39,6 +39,24 @@ def _record(scope: str, workers: list[dict[str, Any]]) -> pd.DataFrame:
     return frame.iloc[1:] if len(frame) > 1 else frame
 
 
+def _ranks(workers: list[dict[str, Any]]) -> pd.DataFrame:
+    """One row per worker rank of every replica (ranks in the order each replica reports)."""
+    seen: dict[str, int] = {}
+    rows = []
+    for worker in workers:
+        replica = str(worker.get("replica", ""))
+        rank = seen[replica] = seen.get(replica, -1) + 1
+        row: dict[str, Any] = {"replica": replica, "rank": rank}
+        for tier in TIERS:
+            row[f"{tier} facts"] = int(worker.get(f"{tier}_entries", 0))
+            row[f"{tier} MiB"] = round(int(worker.get(f"{tier}_bytes", 0)) / 2**20, 2)
+        row["hits"] = sum(int(worker.get(f"{t}_hits", 0)) for t in TIERS)
+        row["misses"] = int(worker.get("misses", 0))
+        row["evictions"] = int(worker.get("evictions", 0))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def render(client: AdminClient) -> None:
     st.header("Cache residency")
     tenants = {t["name"]: t["tenant_id"] for t in client.tenants()}
@@ -55,6 +73,12 @@ def render(client: AdminClient) -> None:
         cell.metric(f"facts on {tier}", entries, f"{mib:.2f} MiB", delta_color="off")
     cols[3].metric("misses → prefill", _sum(workers, "misses"))
     cols[4].metric("evictions", _sum(workers, "evictions"))
+    st.subheader("Per worker rank")
+    st.caption(
+        "The totals above add up the ranks. Under tensor parallelism each rank holds its KV "
+        "heads' slice of every fact: a fact counts once per rank, and its bytes add up to it."
+    )
+    st.dataframe(_ranks(workers), hide_index=True)
     placed = pd.DataFrame([{"tier": t, "MiB": _sum(workers, f"{t}_bytes") / 2**20} for t in TIERS])
     st.subheader("Bytes per tier")
     st.bar_chart(placed.set_index("tier"))

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.db
 # page title in the sidebar -> what its DOM must hold (Streamlit test ids)
 PAGES = {
     "Overview": {"stMetric": 4, "stDataFrame": 3, "stVegaLiteChart": 1},
-    "Cache residency": {"stMetric": 5, "stVegaLiteChart": 2},
+    "Cache residency": {"stMetric": 5, "stDataFrame": 1, "stVegaLiteChart": 2},
     "Latency": {"stDataFrame": 1, "stVegaLiteChart": 5},
     "Memory browser": {"stDataFrame": 2},
     "Jobs": {"stMetric": 4, "stDataFrame": 1},

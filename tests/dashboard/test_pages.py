@@ -92,6 +92,11 @@ def test_every_page_renders_its_charts_and_tables_with_data(stack_with_data: str
     at = _run_page("residency", stack_with_data)
     assert not at.exception and not at.error, _text(at)
     assert {m.label for m in at.metric} >= {"facts on gpu", "misses → prefill", "evictions"}
+    (ranks,) = (frame.value for frame in at.dataframe)  # one row per worker rank
+    assert list(ranks["rank"]) == [0] and list(ranks["replica"]) == [
+        os.environ["INFERSCALE_RUNTIME_URL"]
+    ]
+    assert ranks["gpu facts"].sum() + ranks["host facts"].sum() > 0
 
     at = _run_page("latency", stack_with_data)
     assert not at.exception and not at.error, _text(at)
