@@ -204,24 +204,31 @@ class RuntimeClient:
 
     # ---- calls ---------------------------------------------------------------------------
     def generate(self, request: p.GenerateRequest) -> Iterator[p.GenerateEvent]:
-        """The events of one generation; raises ``RuntimeStreamError`` if it ends badly."""
+        """The events of one generation; raises ``RuntimeStreamError`` if it ends badly once
+        the runtime has answered, and ``RuntimeUnavailableError`` if it never answered."""
+        answered = False
         try:
             with self._http.stream(
                 "POST", "/v1/generate", content=request.model_dump_json(),
                 headers={"content-type": "application/json"},
             ) as response:  # fmt: skip
+                answered = True
                 self._seen(response)
                 if response.status_code >= 400:
                     response.read()
                     _raise_for(response)
                 yield from _events(response.iter_lines())
         except httpx.TransportError as exc:
+            if not answered:
+                raise _unreachable(self.base_url, exc) from exc
             raise RuntimeStreamError(f"the runtime went away: {exc}", "unreachable") from exc
 
     async def agenerate(self, request: p.GenerateRequest) -> AsyncIterator[p.GenerateEvent]:
         url = f"{self.base_url}/v1/generate"
+        answered = False
         try:
             async with self._session().post(url, data=request.model_dump_json()) as response:
+                answered = True
                 self._seen_headers(response.headers)
                 if response.status >= 400:
                     _raise_status(response.status, await response.read())
@@ -230,9 +237,12 @@ class RuntimeClient:
                     if (event := reader.read(line.decode())) is not None:
                         yield event
                 reader.finish()
-        except aiohttp.ClientConnectorError as exc:  # before the request was sent: not run
-            raise _unreachable(self.base_url, exc) from exc
         except (aiohttp.ClientError, TimeoutError) as exc:
+            if not answered:
+                # No answer at all: a refused connection, or a pooled one to a runtime that has
+                # since died (reset on write). Nothing was streamed, so the caller may say
+                # "unavailable" (and try another replica), not "the stream broke".
+                raise _unreachable(self.base_url, exc) from exc
             raise RuntimeStreamError(f"the runtime went away: {exc!r}", "unreachable") from exc
 
     def encode(self, request: p.EncodeRequest) -> p.EncodeResult:

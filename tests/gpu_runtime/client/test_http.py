@@ -1,0 +1,79 @@
+"""The runtime client's generate calls against a peer that dies: before it answers (a pooled
+connection to a runtime that was killed) it is unavailable, so the API says 503 "unavailable"
+and may try another replica; once it has answered, the stream broke. (The compose test's killed
+runtime answered "engine_error" when the API's next chat reused a connection and was reset.)"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+
+import pytest
+
+from gpu_runtime.client import protocol as p
+from gpu_runtime.client.http import RuntimeClient, RuntimeStreamError, RuntimeUnavailableError
+
+pytestmark = pytest.mark.unit
+
+REQUEST = p.GenerateRequest(tenant="t", token_ids=[1, 2, 3], mode="prompt")
+HEAD = (b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n"
+        b"transfer-encoding: chunked\r\n\r\n")  # fmt: skip
+LINE = b'{"event":"delta","token_ids":[7],"text":"x"}\n'
+
+
+def _reset(conn: socket.socket) -> None:
+    """Close with an RST, as a peer whose process was killed does to a live connection."""
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+@pytest.fixture(params=["before", "after"])
+def dying_peer(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    """A server that reads the request, then resets the connection before answering, or after
+    the headers and one line of the stream."""
+    server = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve() -> None:
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except TimeoutError:
+                continue
+            conn.recv(65536)
+            if request.param == "after":
+                conn.sendall(HEAD + f"{len(LINE):x}\r\n".encode() + LINE + b"\r\n")
+            _reset(conn)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", request.param
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_a_peer_that_dies_before_answering_is_unavailable_after_it_a_broken_stream(
+    dying_peer: tuple[str, str],
+) -> None:
+    url, when = dying_peer
+    expected = RuntimeUnavailableError if when == "before" else RuntimeStreamError
+    client = RuntimeClient(url, "token", timeout_s=10)
+
+    async def stream() -> list[p.GenerateEvent]:
+        try:
+            return [event async for event in client.agenerate(REQUEST)]
+        finally:
+            await client.aclose()
+
+    with pytest.raises(expected) as raised:
+        asyncio.run(stream())
+    assert raised.value.code == "unreachable"
+    if when == "before":
+        assert not isinstance(raised.value, RuntimeStreamError)
+    with pytest.raises(expected):
+        list(RuntimeClient(url, "token", timeout_s=10).generate(REQUEST))
