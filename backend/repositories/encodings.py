@@ -48,8 +48,12 @@ class EncodingRepository(TenantScoped):
         if not facts:
             return {}
         bound = str(max(1, round(hold_s * 1000)))  # ms
-        for setting in ("lock_timeout", "idle_in_transaction_session_timeout"):
-            self.session.execute(select(func.set_config(setting, bound, True)))  # SET LOCAL
+        self.session.execute(  # SET LOCAL both, in one round trip
+            select(
+                func.set_config("lock_timeout", bound, True),
+                func.set_config("idle_in_transaction_session_timeout", bound, True),
+            )
+        )
         versions = {f.id: f.version for f in facts}
         rows = self.session.scalars(
             select(FactEncoding)

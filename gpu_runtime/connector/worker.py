@@ -19,6 +19,7 @@ positions its keys were rotated at, once all of its tokens are in.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 from dataclasses import dataclass
@@ -178,19 +179,12 @@ class WorkerHalf:
         dequantized or re-quantized), in order. (A runtime writes one format, and the format
         is part of every key; but a store holding both under one key, as written by hand,
         once raised here and took the engine down.)"""
-        keys, values = [], []
-        run: list[tuple[LoadPiece, FactKV]] = []
-        for piece, kv in pieces:
-            if run and _format(run[-1][1]) != _format(kv):
-                k, v = self._gather_alike(run)
-                keys.append(k)
-                values.append(v)
-                run = []
-            run.append((piece, kv))
-        k, v = self._gather_alike(run)
-        if not keys:
-            return k, v
-        return torch.cat([*keys, k], dim=1), torch.cat([*values, v], dim=1)  # [L, n, H, D]
+        runs = itertools.groupby(pieces, key=lambda found: _format(found[1]))
+        converted = [self._gather_alike(list(run)) for _, run in runs]
+        if len(converted) == 1:
+            return converted[0]
+        keys, values = zip(*converted, strict=True)
+        return torch.cat(keys, dim=1), torch.cat(values, dim=1)  # [L, n, H, D]
 
     def _gather_alike(
         self, pieces: list[tuple[LoadPiece, FactKV]]
