@@ -49,6 +49,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--windows", default="0,5,20", help="kv encoding windows w (turns)")
     parser.add_argument("--modes", default="kv,prompt", help="some of kv, hybrid, prompt")
     parser.add_argument("--recompute", default="1,2,5,10", help="hybrid: facts prefilled, r")
+    parser.add_argument(
+        "--recompute-tokens",
+        default="",
+        help="hybrid: budgets in tokens for the facts prefilled (the API's recompute_tokens)",
+    )
     parser.add_argument("--hybrid-ks", default="20,50", help="hybrid: the ks it runs at")
     parser.add_argument("--hybrid-windows", default="5", help="hybrid: the windows it runs at")
     parser.add_argument(
@@ -96,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         progress_every=max(1, args.progress_every),
         seed=args.seed,
         recomputes=_ints(args.recompute),
+        recompute_budgets=_ints(args.recompute_tokens),
         hybrid_ks=_ints(args.hybrid_ks),
         hybrid_windows=_ints(args.hybrid_windows),
         concurrency=args.concurrency,

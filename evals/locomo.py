@@ -43,7 +43,7 @@ from evals.dataset import (
 )
 from evals.retrieval import Retrieval
 from gpu_runtime.client import protocol as p
-from gpu_runtime.client.composer import FactText
+from gpu_runtime.client.composer import FactText, hybrid_injected
 from gpu_runtime.client.http import RuntimeClient
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
@@ -82,6 +82,7 @@ class EvalSettings:
     windows: tuple[int, ...] = (0, 5, 20)
     modes: tuple[Mode, ...] = (Mode.KV, Mode.PROMPT)
     recomputes: tuple[int, ...] = (1, 2, 5, 10)  # hybrid: r (r = 0 is the kv config)
+    recompute_budgets: tuple[int, ...] = ()  # hybrid: budgets in tokens (the API's setting)
     hybrid_ks: tuple[int, ...] = (20, 50)
     hybrid_windows: tuple[int, ...] = (5,)
     max_questions: int | None = None  # per conversation, stratified over categories
@@ -100,20 +101,26 @@ class RunConfig:
     k: int
     w: int | None  # None in prompt mode
     recompute: int = 0  # hybrid mode: facts prefilled after the injected ones
+    recompute_tokens: int | None = None  # hybrid mode: instead, a budget in tokens for them
 
     @property
     def label(self) -> str:
         if self.mode is Mode.PROMPT:
             return f"prompt k={self.k}"
+        if self.mode is Mode.HYBRID and self.recompute_tokens is not None:
+            return f"hybrid w={self.w} b={self.recompute_tokens} k={self.k}"
         if self.mode is Mode.HYBRID:
             return f"hybrid w={self.w} r={self.recompute} k={self.k}"
         return f"kv w={self.w} k={self.k}"
 
-    def injected(self, facts: int) -> int:
-        """How many of the retrieved facts (least relevant first) the memory segment covers."""
+    def injected(self, lengths: Sequence[int]) -> int:
+        """How many of the retrieved facts (their token lengths, least relevant first) the
+        memory segment covers: counted as the API's chat counts them."""
         if self.mode is Mode.PROMPT:
             return 0
-        return max(0, facts - self.recompute) if self.mode is Mode.HYBRID else facts
+        if self.mode is Mode.HYBRID:
+            return hybrid_injected(lengths, self.recompute, self.recompute_tokens)
+        return len(lengths)
 
 
 def run_configs(settings: EvalSettings) -> list[RunConfig]:
@@ -129,6 +136,11 @@ def run_configs(settings: EvalSettings) -> list[RunConfig]:
                 for w in settings.hybrid_windows
                 for r in settings.recomputes
                 if 0 < r <= k
+            ]
+            configs += [
+                RunConfig(Mode.HYBRID, k, w, recompute_tokens=budget)
+                for w in settings.hybrid_windows
+                for budget in settings.recompute_budgets
             ]
     return configs
 
@@ -223,6 +235,7 @@ def run_eval(
         "windows": list(settings.windows),
         "modes": [m.value for m in settings.modes],
         "recomputes": list(settings.recomputes),
+        "recompute_budgets": list(settings.recompute_budgets),
         "hybrid_ks": list(settings.hybrid_ks),
         "hybrid_windows": list(settings.hybrid_windows),
         "fact_order": "least to most relevant (the most relevant last, nearest the question)",
@@ -289,6 +302,7 @@ class Asked:
     options: dict[str, str] | None
     request: p.GenerateRequest
     prompt_tokens: int
+    prefilled: int  # hybrid mode: the facts prefilled as text (r, or what fit the budget)
 
 
 def _ask(
@@ -306,9 +320,9 @@ def _ask(
     ordered = list(reversed(fact_ids))
     facts = [FactText(_fact_key(tenant, conv, i, runtime, w), conv.facts[i]) for i in ordered]
     query, options = build_query(question, settings.seed)
-    prompt = runtime.composer().compose(
-        tenant, _config(runtime, w), facts, [], query, injected=config.injected(len(facts))
-    )
+    composer = runtime.composer()
+    injected = config.injected([composer.fact_length(tenant, f.text) for f in facts])
+    prompt = composer.compose(tenant, _config(runtime, w), facts, [], query, injected=injected)
     injecting = config.mode is not Mode.PROMPT
     request = p.GenerateRequest(
         tenant=tenant.value,
@@ -317,7 +331,10 @@ def _ask(
         segment=p.segment_model(prompt.segment) if injecting else None,
         sampling=p.SamplingModel(max_tokens=settings.max_tokens, logprobs=TOP_LOGPROBS),
     )
-    return Asked(conv, question, fact_ids, config, options, request, len(prompt.token_ids))
+    return Asked(
+        conv, question, fact_ids, config, options, request, len(prompt.token_ids),
+        len(facts) - injected if config.mode is Mode.HYBRID else 0,
+    )  # fmt: skip
 
 
 def _answer(runtime: RuntimeClient, asked: Asked, settings: EvalSettings) -> dict[str, Any]:
@@ -348,6 +365,8 @@ def _answer(runtime: RuntimeClient, asked: Asked, settings: EvalSettings) -> dic
         "k": config.k,
         "w": config.w,
         "recompute": config.recompute,
+        "recompute_tokens": config.recompute_tokens,
+        "prefilled": asked.prefilled,
         "label": config.label,
         "retrieved": fact_ids,
         "evidence_recall": recall,

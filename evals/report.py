@@ -94,6 +94,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any
                 "k": first["k"],
                 "w": first["w"],
                 "recompute": first.get("recompute", 0),
+                "recompute_tokens": first.get("recompute_tokens"),
+                "mean_prefilled": _mean(r.get("prefilled") for r in group),
                 "n": len(group),
                 "f1": _per_category(group, "f1"),
                 "evidence_recall": _mean(r["evidence_recall"] for r in group),
@@ -121,6 +123,7 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> dict[str, Any
                     "k": k,
                     "w": w,
                     "recompute": pairs[0]["recompute"],
+                    "recompute_tokens": pairs[0]["recompute_tokens"],
                     "n": len(pairs),
                     "f1_delta_ci95": None if ci is None else list(ci),
                     "identical_answers": _per_category(pairs, "identical"),
@@ -154,6 +157,7 @@ def _compare(reference: dict[str, Any], kv: dict[str, Any]) -> dict[str, Any]:
         "k": kv["k"],
         "w": kv["w"],
         "recompute": kv.get("recompute", 0),
+        "recompute_tokens": kv.get("recompute_tokens"),
         "identical": float(reference["raw"] == kv["raw"]),
         "first_token_same": None if same_first is None else float(same_first),
         "kl": first_token_kl(ref_top, kv_top),
@@ -191,15 +195,18 @@ def to_markdown(result: dict[str, Any], with_notes: bool = True) -> str:
         "",
         "## F1 per category (official LoCoMo scoring)",
         "",
-        "| config | n | " + " | ".join(_columns()) + " | evidence recall | s / question |",
-        "|---|---:|" + "---:|" * (len(_columns()) + 2),
+        "| config | n | "
+        + " | ".join(_columns())
+        + " | evidence recall | facts prefilled | s / question |",
+        "|---|---:|" + "---:|" * (len(_columns()) + 3),
     ]
     for run in result["runs"]:
         f1 = run["f1"]
         cells = [_fmt(f1.get(name)) for name in [*CATEGORY_NAMES.values(), "overall"]]
         lines.append(
             f"| {run['label']} | {run['n']} | " + " | ".join(cells)
-            + f" | {_fmt(run['evidence_recall'])} | {_fmt(run['mean_seconds'], 2)} |"
+            + f" | {_fmt(run['evidence_recall'])} | {_fmt(run.get('mean_prefilled'), 1)}"
+            + f" | {_fmt(run['mean_seconds'], 2)} |"
         )  # fmt: skip
     if result["fidelity"]:
         lines += [
@@ -284,7 +291,11 @@ def write_outputs(result: dict[str, Any], out: Path) -> list[Path]:
 def plot_recompute(result: dict[str, Any], out: Path) -> Path | None:
     """F1 - prompt F1 (with its 95% CI) against r, one line per (k, w) of the hybrid runs; the
     pure kv config of that (k, w) is r = 0."""
-    fidelity = [f for f in result["fidelity"] if f.get("f1_delta_ci95")]
+    fidelity = [  # (budget configs prefill a varying count: their rows are in the tables)
+        f
+        for f in result["fidelity"]
+        if f.get("f1_delta_ci95") and f.get("recompute_tokens") is None
+    ]
     hybrid = {(f["k"], f["w"]) for f in fidelity if f.get("mode") == "hybrid"}
     if not hybrid:
         return None

@@ -27,7 +27,7 @@ from backend.services.context import TenantContext
 from backend.services.memories import MemoryService, fact_key
 from backend.services.query_embedding import EmbeddedOn
 from gpu_runtime.client import protocol as p
-from gpu_runtime.client.composer import ComposedPrompt, FactText
+from gpu_runtime.client.composer import ComposedPrompt, FactText, hybrid_injected
 from gpu_runtime.types import TenantId
 
 
@@ -117,16 +117,7 @@ def injected_count(request: ChatRequest, lengths: list[int]) -> int:
         return k
     if request.mode is not MemoryMode.HYBRID:
         return 0
-    if request.recompute_tokens is None:
-        return max(0, k - request.recompute)
-    spent = 0
-    prefilled = 0
-    for length in reversed(lengths):  # most relevant first
-        if spent + length > request.recompute_tokens:
-            break
-        spent += length
-        prefilled += 1
-    return k - prefilled
+    return hybrid_injected(lengths, request.recompute, request.recompute_tokens)
 
 
 def split_messages(

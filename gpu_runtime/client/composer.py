@@ -35,6 +35,23 @@ FACTS_HEADER = "Facts about the user:\n"
 FACT_TOKEN_CACHE = 32_768
 
 
+def hybrid_injected(lengths: Sequence[int], recompute: int, recompute_tokens: int | None) -> int:
+    """Hybrid mode: how many of the facts (their token lengths, least to most relevant) are
+    injected: all but the ``recompute`` most relevant, or, given ``recompute_tokens``, all but
+    the most relevant that fit that budget together (a prefill costs tokens, not facts). The
+    API's chat and the LoCoMo harness both count with this."""
+    k = len(lengths)
+    if recompute_tokens is None:
+        return max(0, k - recompute)
+    spent = prefilled = 0
+    for length in reversed(lengths):  # most relevant first
+        if spent + length > recompute_tokens:
+            break
+        spent += length
+        prefilled += 1
+    return k - prefilled
+
+
 @dataclass(frozen=True)
 class Turn:
     speaker: str

@@ -10,6 +10,9 @@
 #                                                   # and prompt modes, over the API's fused retrieval
 #   bash scripts/device/platform_bench.sh locomo-fp8 # the same with FP8 facts, compared question
 #                                                   # by question with the committed bf16 run
+#   bash scripts/device/platform_bench.sh locomo-budget # hybrid with a prefill budget in tokens
+#                                                   # (100, 200, 400) beside r=2 and prompt mode,
+#                                                   # the dev set at k = 5, 20, 50 (issue 28)
 #   bash scripts/device/platform_bench.sh fairness  # the noisy-neighbour benchmark (issue 27) on the
 #                                                   # GPU: A floods with 40 users, B one at a time
 #   bash scripts/device/platform_bench.sh embedder  # the runtime's query embedder: its CUDA graphs
@@ -97,6 +100,18 @@ case ${1:-} in
     python3 -m evals compare /tmp/bf16-eval.json "$res/locomo/eval.json" \
       --names "bf16 facts,fp8 facts" --out "$res/compare.md"
     ;;
+  locomo-budget)
+    # Issue 28's recompute budget: the most relevant facts prefilled while they fit BUDGETS
+    # tokens (the API's memory.recompute_tokens, counted by the same function), paired with
+    # prompt mode and the r=2 default over the same retrieved facts.
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
+      --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
+      --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 --modes hybrid,prompt \
+      --recompute 2 --recompute-tokens "${BUDGETS:-100,200,400}" --hybrid-ks "${KS:-5,20,50}" \
+      --hybrid-windows 0 --fact-kv-dtype native --out "$res/locomo" > "$res/locomo.log" 2>&1 \
+      || echo "eval exit $?"
+    tail -40 "$res/locomo.log"
+    ;;
   fairness)
     # The 8B shape's platform; fair-gate sizes up to what a GPU batches almost for free.
     bash scripts/device/platform.sh up "$model" "${API_WORKERS:-4}" || exit 1
@@ -138,7 +153,7 @@ case ${1:-} in
       2>&1 | tee -a "$res/faiss-tests.log" | tail -25
     python3 -m bench.serve.faiss_search --out "$res/faiss-search-h200.json"
     ;;
-  *) sed -n 2,25p "$0"; exit 2 ;;
+  *) sed -n 2,28p "$0"; exit 2 ;;
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null

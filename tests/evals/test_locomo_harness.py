@@ -2,7 +2,8 @@
 
 The input is real LoCoMo data cut down to its first 12 turns (5 facts) and the questions whose
 evidence lies there; 3 of them (stratified: one temporal, one single-hop, one adversarial),
-k=3, kv at w=0 and w=2, hybrid at w=2 with r=1 and r=3, and prompt mode, 6 new tokens each,
+k=3, kv at w=0 and w=2, hybrid at w=2 with r=1 and r=3 and with token budgets of 0 and 10,000
+(nothing fits, everything fits), and prompt mode, 6 new tokens each,
 two questions in flight (about a minute on 2 CPU cores). This checks the harness and its
 outputs, not answer quality or speed.
 """
@@ -31,6 +32,7 @@ def test_tiny_locomo_run_writes_scored_reports(runtime: EngineHarness, tmp_path:
         windows=(0, 2),
         modes=(Mode.KV, Mode.HYBRID, Mode.PROMPT),
         recomputes=(1, 3),
+        recompute_budgets=(0, 10_000),
         hybrid_ks=(3,),
         hybrid_windows=(2,),
         max_questions=3,
@@ -53,8 +55,10 @@ def test_tiny_locomo_run_writes_scored_reports(runtime: EngineHarness, tmp_path:
 
     rows: list[dict[str, Any]] = result["rows"]
     hybrids = ("hybrid w=2 r=1 k=3", "hybrid w=2 r=3 k=3")
-    assert {r["label"] for r in rows} == {"prompt k=3", "kv w=0 k=3", "kv w=2 k=3", *hybrids}
-    assert len(rows) == 5 * 3
+    budgets = ("hybrid w=2 b=0 k=3", "hybrid w=2 b=10000 k=3")
+    labels = {"prompt k=3", "kv w=0 k=3", "kv w=2 k=3", *hybrids, *budgets}
+    assert {r["label"] for r in rows} == labels
+    assert len(rows) == 7 * 3
     assert all(0.0 <= r["f1"] <= 1.0 for r in rows)
     assert all(r["first_token_top"] for r in rows)
     for run in result["runs"]:
@@ -78,10 +82,18 @@ def test_tiny_locomo_run_writes_scored_reports(runtime: EngineHarness, tmp_path:
         r1, r3 = same[hybrids[0]], same[hybrids[1]]
         assert r1["prompt_tokens"] == r3["prompt_tokens"] == prompt["prompt_tokens"]
         assert kv2["injected_tokens"] > r1["injected_tokens"] > r3["injected_tokens"] == 0
+        # a budget no fact fits prefills none (kv's split: the same request as kv w=2, so
+        # vLLM's prefix cache may serve it); one every fact fits prefills all (r=3's split)
+        none_fit, all_fit = same[budgets[0]], same[budgets[1]]
+        assert (none_fit["prefilled"], all_fit["prefilled"]) == (0, len(prompt["retrieved"]))
+        assert none_fit["prompt_tokens"] == all_fit["prompt_tokens"] == prompt["prompt_tokens"]
+        assert all_fit["injected_tokens"] == 0 and r1["prefilled"] == 1
         assert prompt["injected_tokens"] == 0
 
     fidelity = {f["label"]: f for f in result["fidelity"]}
-    assert set(fidelity) == {"kv w=0 k=3", "kv w=2 k=3", *hybrids}
+    assert set(fidelity) == {"kv w=0 k=3", "kv w=2 k=3", *hybrids, *budgets}
+    assert fidelity[budgets[1]]["recompute_tokens"] == 10_000
+    assert "| hybrid w=2 b=10000 k=3 |" in markdown
     for fid in fidelity.values():
         assert fid["n"] == 3
         low, high = fid["f1_delta_ci95"]
