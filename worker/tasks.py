@@ -11,6 +11,7 @@ from typing import Any
 
 from backend.core.config import get_settings
 from backend.db.models import JobStatus
+from backend.errors import UnavailableError
 from backend.jobs import encoding, extraction, ingestion
 from backend.jobs.pipeline import outbox
 from backend.jobs.pipeline.broker import send_to_broker
@@ -27,6 +28,11 @@ RETRY = {
     "retry_backoff_max": 60,
     "retry_kwargs": {"max_retries": 3},
 }
+# A runtime that is (re)starting answers 503 for a minute or more (vLLM loads, compiles and
+# captures its graphs): a job waits for it, 1, 2, 4 ... 30 s apart (about eight minutes in all),
+# instead of failing after the three quick retries above and waiting for the beat's sweep.
+UNAVAILABLE_RETRIES = 20
+UNAVAILABLE_BACKOFF_MAX_S = 30
 
 
 @celery_app.task(name=TaskName.PING)  # type: ignore[untyped-decorator]
@@ -37,10 +43,20 @@ def ping(token: str) -> dict[str, str]:
 
 def _attempt(task: Any, job_id: str | None, run: Callable[[], int], tenant_id: str) -> int:
     """Runs a job with its heartbeat; when its last retry fails too, the job records why before
-    Celery does. Once the job has ended, the tenant's held jobs get its room in the queues."""
+    Celery does. A runtime unavailable (503: restarting, every replica down) is waited for.
+    Once the job has ended, the tenant's held jobs get its room in the queues."""
     try:
         with heartbeat(job_id, get_settings().job_stall_s / 4):
             done = run()
+    except UnavailableError as exc:
+        retries = task.request.retries
+        if retries < UNAVAILABLE_RETRIES:
+            countdown = min(UNAVAILABLE_BACKOFF_MAX_S, 2**retries)
+            logger.warning("job %s waits %d s for the runtime: %s", job_id, countdown, exc)
+            raise task.retry(exc=exc, countdown=countdown, max_retries=UNAVAILABLE_RETRIES) from exc
+        update_job(job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
+        _send_held(tenant_id)
+        raise
     except Exception as exc:
         if task.request.retries >= task.max_retries:
             update_job(job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
