@@ -35,6 +35,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        resources.warm_up()
         yield
         await resources.engine.aclose()  # the streaming sessions of this event loop
 

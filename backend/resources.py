@@ -6,6 +6,7 @@ a worker process, a CLI or a test uses ``process_resources()``."""
 from __future__ import annotations
 
 import functools
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -69,7 +70,14 @@ class Resources:
 
     @property
     def embedder(self) -> Embedder:
-        return get_embedder()  # loaded on first use (the API starts fast), once per process
+        return get_embedder()  # loaded once per process (the API warms it up as it starts)
+
+    def warm_up(self) -> threading.Thread:
+        """Loads the embedder in the background as the process starts, so that its first
+        requests (a chat that embeds its query here, a memory written) do not wait for it."""
+        thread = threading.Thread(target=get_embedder, name="inferscale-warm-up", daemon=True)
+        thread.start()
+        return thread
 
     def tenant_context(
         self, session: Session, tenant: TenantId, engine: EngineClient | None = None
@@ -78,7 +86,7 @@ class Resources:
             session=session,
             tenant=tenant,
             index=self.index,
-            embedder=self.embedder,
+            load_embedder=get_embedder,
             queries=self.queries,
             engine=engine or self.engine,
             enqueue=self.enqueue,

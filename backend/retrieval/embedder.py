@@ -7,7 +7,6 @@ other dependency. It runs in NumPy (``minilm.py``): the API and the workers neve
 
 from __future__ import annotations
 
-import functools
 import importlib.resources
 import os
 import threading
@@ -132,7 +131,18 @@ class Embedder:
                 job.done = True
 
 
-@functools.lru_cache(maxsize=1)
+_shared: Embedder | None = None
+_loading = threading.Lock()
+
+
 def get_embedder() -> Embedder:
-    """The process-wide embedder over the bundled model: loading it costs ~0.5 s and ~90 MB."""
-    return Embedder()
+    """The process-wide embedder over the bundled model: loading it costs ~0.5 s and ~90 MB.
+    Threads that ask while it loads wait for that one load. (With ``lru_cache`` each of them
+    loaded its own: a fresh API process's first 25 concurrent chats took 9-12 s on the H200
+    host, every thread loading the model under one GIL.)"""
+    global _shared
+    if _shared is None:
+        with _loading:
+            if _shared is None:
+                _shared = Embedder()
+    return _shared

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
@@ -20,10 +21,16 @@ class TenantContext:
     session: Session
     tenant: TenantId
     index: FactIndex
-    embedder: Embedder  # facts' vectors (and the fallback for queries)
+    load_embedder: Callable[[], Embedder]  # the process's, loaded when a fact is embedded
     queries: QueryEmbedder  # search queries' vectors (on the runtime's GPU where it serves them)
     engine: EngineClient
     enqueue: Send  # (task name, kwargs) to the broker, through backend.jobs.pipeline.outbox
+
+    @property
+    def embedder(self) -> Embedder:
+        """Facts' vectors (and the fallback for queries). A chat whose query the runtime embeds
+        never needs it, so building a context does not load it."""
+        return self.load_embedder()
 
 
 __all__ = ["TenantContext", "after_commit", "run_after_commit"]

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
+from backend.retrieval import embedder as embedder_module
 from backend.retrieval.embedder import Embedder, bundled_model_dir, get_embedder
 from backend.retrieval.index import FactIndex, IndexKey
 from gpu_runtime.types import TenantId
@@ -90,6 +95,33 @@ def test_get_embedder_is_shared_and_model_dir_is_explicit(embedder: Embedder) ->
     assert (bundled_model_dir() / "model.safetensors").is_file()
     with pytest.raises(FileNotFoundError, match=r"modules\.json"):
         Embedder(bundled_model_dir() / "1_Pooling")
+
+
+def test_concurrent_first_callers_share_one_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh process's first concurrent requests wait for one load; they do not each load the
+    model (what made the first chats of a fresh API process take 9-12 s on the H200 host)."""
+    loads: list[Embedder] = []
+    count = threading.Lock()
+
+    class Counted(Embedder):
+        def __init__(self) -> None:
+            time.sleep(0.05)  # a slow load: every caller arrives while it runs
+            super().__init__()
+            with count:
+                loads.append(self)
+
+    monkeypatch.setattr(embedder_module, "_shared", None)
+    monkeypatch.setattr(embedder_module, "Embedder", Counted)
+    start = threading.Barrier(8)
+
+    def first_call(_: int) -> Embedder:
+        start.wait()
+        return get_embedder()
+
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(first_call, range(8)))
+    assert len(loads) == 1
+    assert all(e is loads[0] for e in got)
 
 
 def test_numpy_model_matches_sentence_transformers(embedder: Embedder) -> None:
