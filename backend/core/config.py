@@ -122,6 +122,14 @@ class Settings(BaseSettings):
     hybrid_recompute_tokens: int | None = Field(
         default=None, ge=0, le=32768, validation_alias="INFERSCALE_HYBRID_RECOMPUTE_TOKENS"
     )
+    # ... and the budget when the runtime serves on a GPU and neither this setting nor the chat
+    # says: there a prefill of a few hundred tokens costs an 8B model well under a millisecond,
+    # and 400 tokens (~10 LoCoMo facts) held hybrid within 0.1-0.7 F1 points of prompt mode on
+    # the dev set, against 0.5-1.4 for r=2 (docs/accuracy.md). On a CPU the prefill is the whole
+    # cost, so the count above stays. 0: the count above on a GPU too.
+    hybrid_recompute_tokens_gpu: int = Field(
+        default=400, ge=0, le=32768, validation_alias="INFERSCALE_HYBRID_RECOMPUTE_TOKENS_GPU"
+    )
 
     # Each tenant's limits unless its row says otherwise (0: no limit), counted in Redis so they
     # hold across API processes and hosts: requests and tokens (prompt + completion) per window,

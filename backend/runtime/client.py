@@ -96,6 +96,10 @@ class EngineClient:
     def model(self) -> p.ModelInfo:
         return self._call(None, lambda runtime: runtime.model())
 
+    def serves_on_gpu(self) -> bool:
+        """Whether the runtime's workers run on CUDA devices (its model info, cached)."""
+        return any(str(w.get("device", "")).startswith("cuda") for w in self.model().workers)
+
     def encoding_config(self) -> EncodingConfig:
         s = self.settings
         return EncodingConfig(self.model().encoding_model, s.window_turns, s.encoding_version)

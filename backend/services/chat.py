@@ -46,6 +46,7 @@ class ChatRequest:
     top_k: int = 5
     recompute: int = 0  # hybrid mode: how many of the most relevant facts are prefilled as text
     recompute_tokens: int | None = None  # hybrid mode: instead, a budget in tokens for them
+    gpu_recompute_tokens: int | None = None  # the budget instead when the runtime is on a GPU
     sampling: p.SamplingModel = field(default_factory=p.SamplingModel)
     max_tokens_given: bool = True  # else sampling.max_tokens is a default, cut to the room left
     weight: float = 1.0  # the tenant's share of the engine (the runtime's fair gate)
@@ -120,6 +121,14 @@ def injected_count(request: ChatRequest, lengths: list[int]) -> int:
     return hybrid_injected(lengths, request.recompute, request.recompute_tokens)
 
 
+def for_device(request: ChatRequest, on_gpu: bool) -> ChatRequest:
+    """The request with the GPU's budget in place of the count, when the runtime serves on a
+    GPU and the chat chose neither (the route leaves ``gpu_recompute_tokens`` unset if it did)."""
+    if on_gpu and request.gpu_recompute_tokens:
+        return dataclasses.replace(request, recompute_tokens=request.gpu_recompute_tokens)
+    return request
+
+
 def split_messages(
     messages: list[tuple[str, str]],
 ) -> tuple[str | None, list[tuple[str, str]], str]:
@@ -184,6 +193,7 @@ class ChatService:
         # Least to most relevant, in every mode: the most relevant sit nearest the query, and in
         # hybrid mode they are the ones prefilled after the injected rest.
         facts.reverse()  # (``memories``, the response's list, stays best first)
+        request = for_device(request, on_gpu=engine.serves_on_gpu())
         composer = engine.composer()
         lengths = [composer.fact_length(self.ctx.tenant, f.text) for f in facts]
         injected = injected_count(request, lengths)

@@ -83,8 +83,11 @@ async def chat_completions(
     openai_compat.refuse_unsupported(body)
     recompute = body.memory.recompute
     budget = body.memory.recompute_tokens
+    gpu_budget = None
     if budget is None and recompute is None:
         budget = settings.hybrid_recompute_tokens
+        if budget is None:  # the runtime's device decides (ChatService.start)
+            gpu_budget = settings.hybrid_recompute_tokens_gpu or None
     request = ChatRequest(
         messages=[(m.role, m.text()) for m in body.messages],
         user=body.user,
@@ -92,6 +95,7 @@ async def chat_completions(
         top_k=body.memory.top_k,
         recompute=settings.hybrid_recompute if recompute is None else recompute,
         recompute_tokens=budget,
+        gpu_recompute_tokens=gpu_budget,
         weight=admission.weight,
         max_tokens_given=(body.max_completion_tokens or body.max_tokens) is not None,
         sampling=openai_compat.sampling(body),

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from backend.services.chat import ChatRequest, MemoryMode, injected_count
+from backend.services.chat import ChatRequest, MemoryMode, for_device, injected_count
 
 pytestmark = pytest.mark.unit
 
@@ -37,3 +39,15 @@ def test_a_token_budget_prefills_the_most_relevant_that_fit(budget: int, injecte
 def test_the_budget_stops_at_the_first_fact_that_does_not_fit() -> None:
     # 20 fits, then 9 would fit a budget of 30 but 30 (the next) does not: relevance order holds
     assert injected_count(_request(MemoryMode.HYBRID, tokens=30), LENGTHS) == 2
+
+
+def test_on_a_gpu_the_default_is_the_gpu_budget_and_on_a_cpu_the_count() -> None:
+    default = ChatRequest([("user", "q")], "u", MemoryMode.HYBRID, recompute=2,
+                          gpu_recompute_tokens=19)  # fmt: skip
+    assert injected_count(for_device(default, on_gpu=True), LENGTHS) == 4  # 20 > 19: none fits
+    assert injected_count(for_device(default, on_gpu=False), LENGTHS) == 2  # r = 2
+    wide = dataclasses.replace(default, gpu_recompute_tokens=71)
+    assert injected_count(for_device(wide, on_gpu=True), LENGTHS) == 0  # all fit
+    assert injected_count(for_device(wide, on_gpu=False), LENGTHS) == 2
+    chosen = dataclasses.replace(default, gpu_recompute_tokens=None)  # the chat said r or a budget
+    assert for_device(chosen, on_gpu=True) == chosen
