@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from backend.core.config import Settings, get_settings
 from backend.jobs.pipeline.broker import send_to_broker
 from backend.jobs.pipeline.outbox import Send
-from backend.retrieval.embedder import Embedder, get_embedder
+from backend.retrieval.embedder import get_embedder
 from backend.retrieval.index import FactIndex, gpu_available
 from backend.retrieval.keyword import KeywordCache
 from backend.runtime.client import EngineClient
@@ -67,10 +67,6 @@ class Resources:
     @functools.cached_property
     def queries(self) -> QueryEmbedder:
         return QueryEmbedder(get_embedder, self.engine, self.settings.query_embedding)
-
-    @property
-    def embedder(self) -> Embedder:
-        return get_embedder()  # loaded once per process (the API warms it up as it starts)
 
     def warm_up(self) -> threading.Thread:
         """Loads the embedder in the background as the process starts, so that its first

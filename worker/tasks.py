@@ -48,17 +48,13 @@ def _attempt(task: Any, job_id: str | None, run: Callable[[], int], tenant_id: s
     try:
         with heartbeat(job_id, get_settings().job_stall_s / 4):
             done = run()
-    except UnavailableError as exc:
-        retries = task.request.retries
-        if retries < UNAVAILABLE_RETRIES:
+    except Exception as exc:
+        retries, waiting = task.request.retries, isinstance(exc, UnavailableError)
+        if waiting and retries < UNAVAILABLE_RETRIES:
             countdown = min(UNAVAILABLE_BACKOFF_MAX_S, 2**retries)
             logger.warning("job %s waits %d s for the runtime: %s", job_id, countdown, exc)
             raise task.retry(exc=exc, countdown=countdown, max_retries=UNAVAILABLE_RETRIES) from exc
-        update_job(job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
-        _send_held(tenant_id)
-        raise
-    except Exception as exc:
-        if task.request.retries >= task.max_retries:
+        if waiting or retries >= task.max_retries:  # its last attempt
             update_job(job_id, status=JobStatus.FAILED, error=f"{type(exc).__name__}: {exc}")
             _send_held(tenant_id)
         raise
