@@ -84,13 +84,23 @@ class TieredKVPool:
             packing = self._packings.get(move.key)
             if move.src_tier is Tier.DISK or packing is None:
                 kv = self.disk.get(move.key)
-                if kv is None:
+                if kv is None:  # gone from the store (purged elsewhere) or found damaged
+                    self._forget(move.key)
                     continue
                 blob, packing = pack(kv)
                 self._packings[move.key] = packing
                 self._copy(move.dst_tier, move.dst_slabs, blob)
                 continue
             self._on_side_stream(partial(self._move_slabs, move), join=join)
+
+    def _forget(self, key: FactKey) -> None:
+        """Drops an entry whose promotion found no durable copy: the slabs planned for it hold
+        stale bytes (another fact's, maybe another tenant's), never this fact. A pinned entry
+        leaves the index now and frees its slabs at its last unpin."""
+        removed = self.index.remove(key.tenant, key)
+        if removed is None or not removed.pins:
+            self._packings.pop(key, None)
+        self._landing.pop(key, None)
 
     def _move_slabs(self, move: Move) -> None:
         self._arena(move.dst_tier).copy_slabs(
@@ -162,21 +172,25 @@ class TieredKVPool:
             self._apply(self.index.pin(tenant, [key]))  # promote while in use
             try:
                 entry = self.index.lookup(tenant, key)
-                assert entry is not None
-                packing = self._packings[key]
-                if entry.tier is Tier.DISK:
+                if entry is None:  # its durable copy was gone when the pin brought it back
+                    kv = None
+                elif entry.tier is Tier.DISK:
                     kv = self.disk.get(key)
+                    if kv is None:
+                        self._forget(key)
                 else:
                     if entry.tier is Tier.HOST:
                         self._host_reads_safe()
                     landing = self._landing.pop(key, None)
                     if landing is not None and entry.tier is Tier.GPU:
                         torch.cuda.current_stream(self.device).wait_event(landing)
+                    packing = self._packings[key]
                     kv = unpack(self._arena(entry.tier).read(entry.slabs, packing.nbytes), packing)
             finally:
                 for freed in self.index.unpin(tenant, [key]):
                     self._packings.pop(freed.key, None)
-        self.metrics.loaded(found_on, 1, time.perf_counter() - started)
+        if kv is not None:
+            self.metrics.loaded(found_on, 1, time.perf_counter() - started)
         return kv
 
     # ---- fused loader interface -----------------------------------------------------------

@@ -3,11 +3,13 @@ bit-identical, deletion reaches every tier, a restart serves from disk."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
 import torch
 
+from gpu_runtime.pool.arena import unpack
 from gpu_runtime.pool.entries import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.store.fact_kv import FactKV
@@ -173,3 +175,93 @@ def test_a_fact_reloaded_from_disk_is_not_written_again(tmp_path: Path) -> None:
     assert same(restarted.get(T, key), kv(1))
     assert restarted.acquire(T, [key]) is not None
     assert disk.locate(key) == written and disk.usage(T)["disk_segment_bytes"] == written.length
+
+
+def _purged_elsewhere(p: TieredKVPool, key: FactKey) -> None:
+    """Another replica of the store purges the fact: its durable copy goes, this pool's index
+    still places it on disk."""
+    p.disk.delete(key)
+
+
+@pytest.mark.parametrize("read", ["get", "acquire", "prefetch then get"])
+def test_a_fact_whose_durable_copy_is_gone_is_never_served_from_stale_slabs(
+    tmp_path: Path, read: str
+) -> None:
+    """A fact demoted to disk whose copy there is then gone (purged by another replica, or found
+    damaged) must read as gone: the slabs its promotion was given hold other bytes. Here they
+    hold another tenant's fact, admitted after the demotion and then pushed down itself, so a
+    read of those slabs would hand tenant T tenant U's KV."""
+    p = pool(tmp_path, gpu_slabs=1, host_slabs=1)
+    lost, theirs = FactKey.for_fact(T, "lost", 1, CFG), FactKey.for_fact(U, "theirs", 1, CFG)
+    p.put(T, lost, kv(1))
+    p.demote(T, [lost], Tier.DISK)
+    p.put(U, theirs, kv(2))  # into the GPU slab the demotion freed
+    p.demote(U, [theirs], Tier.HOST)  # and out again: its bytes stay in the freed GPU slab
+    _purged_elsewhere(p, lost)
+
+    if read == "acquire":
+        assert p.acquire(T, [lost]) is None
+    else:
+        if read == "prefetch then get":
+            p.prefetch(T, [lost])
+        assert p.get(T, lost) is None
+    assert p.get(T, lost) is None  # and stays gone
+    stats = p.stats(T)
+    assert stats["entries"] == stats["pinned"] == 0, stats
+    assert same(p.get(U, theirs), kv(2))  # the neighbour untouched
+    assert p.stats()["gpu_free_bytes"] + p.stats()["host_free_bytes"] >= SLAB  # nothing leaked
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_read_is_the_fact_or_nothing_under_random_operations(
+    tmp_path: Path, seed: int
+) -> None:
+    """Two tenants' facts through a small pool (3 GPU, 3 host slabs) under random puts, reads,
+    acquires, prefetches, demotions, deletes and durable copies lost behind the pool's back
+    (another replica's purge): a read returns the fact's own bytes or nothing, never another
+    fact's, and when the durable copy is gone it reads as gone once it has left memory. Pins
+    are released as the engine's reclaim does."""
+    rng = random.Random(seed)
+    p = pool(tmp_path, gpu_slabs=3, host_slabs=3)
+    keys = [FactKey.for_fact(t, f"f{n}", 1, CFG) for t in (T, U) for n in range(6)]
+    value = {key: kv(i) for i, key in enumerate(keys)}
+    durable: set[FactKey] = set()  # facts whose copy is on disk
+    for step in range(300):
+        key = rng.choice(keys)
+        tenant = key.tenant
+        op = rng.choice(["put", "put", "get", "get", "acquire", "prefetch", "demote", "delete",
+                         "lose"])  # fmt: skip
+        if op == "put":
+            p.put(tenant, key, value[key])
+            durable.add(key)
+        elif op == "get":
+            got = p.get(tenant, key)
+            assert got is None or same(got, value[key]), (step, op, key)
+            if key in durable:
+                assert got is not None, (step, op, key)  # stored: some tier serves it
+        elif op == "acquire":
+            pinned = p.acquire(tenant, [key])
+            if pinned is not None:
+                assert pinned.keys == (key,)
+                tier = Tier.HOST if pinned.arenas[0] else Tier.GPU
+                slabs = tuple(int(s) for s in pinned.slabs)
+                packing = p._packings[key]
+                read = p._arena(tier).read(slabs, packing.nbytes)
+                assert same(unpack(read, packing), value[key]), (step, op, key)
+                p.release(tenant, [key])
+        elif op == "prefetch":
+            p.prefetch(tenant, [key])
+        elif op == "demote":
+            p.demote(tenant, [key], rng.choice([Tier.HOST, Tier.DISK]))
+        elif op == "delete":
+            p.delete(tenant, key)
+            durable.discard(key)
+            assert p.get(tenant, key) is None
+        else:
+            p.disk.delete(key)  # behind the pool's back
+            durable.discard(key)
+            if rng.random() < 0.5:
+                p.demote(tenant, [key], Tier.DISK)  # out of memory: it must now read as gone
+                assert p.get(tenant, key) is None, (step, op, key)
+                assert p.acquire(tenant, [key]) is None, (step, op, key)
+    assert p.stats()["pinned"] == 0
