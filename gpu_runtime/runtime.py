@@ -238,9 +238,24 @@ class InjectionRuntime:
         if self._hints is not None:
             self._hints.send(tenant.value, [_wire(tenant, key) for key in keys])
 
-    async def demote(self, tenant: TenantId, keys: Sequence[FactKey], tier: str) -> None:
+    async def demote(
+        self,
+        tenant: TenantId,
+        keys: Sequence[FactKey],
+        tier: str,
+        ranks: Sequence[int] | None = None,
+    ) -> None:
+        """``ranks``: only those tensor-parallel ranks' slices (``None``: every rank's)."""
+        size = self.settings.tensor_parallel_size
+        if ranks is not None and not all(0 <= rank < size for rank in ranks):
+            raise InvalidRequestError(
+                f"ranks must lie in 0..{size - 1} (tensor parallel size {size})"
+            )
         wire = [_wire(tenant, key) for key in keys]
-        await self.engine.collective_rpc("inferscale_demote", args=(tenant.value, wire, tier))
+        chosen = list(ranks) if ranks is not None else None
+        await self.engine.collective_rpc(
+            "inferscale_demote", args=(tenant.value, wire, tier, chosen)
+        )
 
     async def placement(self, tenant: TenantId, keys: Sequence[FactKey]) -> list[str | None]:
         """Each fact's tier: under tensor parallelism the slowest of the ranks' (a load waits for

@@ -38,6 +38,7 @@ client of an older revision is still served):
   the last reset; empty unless the runtime runs with ``INFERSCALE_TRACE_CONNECTOR=1``), and then
   ``GenerateEvent.scheduler_trace_ms`` on ``done``: the engine core's hook totals, where the
   scheduler half runs (``collective_rpc`` reaches only the workers).
+* 5: ``DemoteRequest.ranks``: under tensor parallelism, demote only those ranks' slices.
 
 Errors: ``{"error": {"code", "message"}}`` with 400 (``prompt_too_long``, ``invalid_request``),
 401 (``unauthorized``), 422 (``invalid_request``), 503 (``not_ready``, ``engine_dead``).
@@ -52,7 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from gpu_runtime.types import FactKey, MemorySegment, Span
 
 API_VERSION = "v1"
-PROTOCOL_REVISION = 4  # see the module docstring: what each revision added
+PROTOCOL_REVISION = 5  # see the module docstring: what each revision added
 RUNTIME_ID_HEADER = "X-InferScale-Runtime"  # changes on every start: clients refresh ModelInfo
 
 TenantField = Annotated[str, StringConstraints(min_length=1, max_length=200)]
@@ -205,6 +206,11 @@ class PlacementResult(BaseModel):
 
 class DemoteRequest(KeysRequest):
     tier: Literal["host", "disk"]
+    # Under tensor parallelism, only these ranks' slices (default: every rank's). A load waits
+    # for the slowest rank, so one rank's slices on a slower tier is what a straggler costs, and
+    # a rank that must read the store while the others hold their slices in memory is where a
+    # damaged copy on disk fails one rank's load only (the TP engine tests).
+    ranks: list[int] | None = Field(default=None, min_length=1, max_length=64)
 
 
 class ModelInfo(BaseModel):

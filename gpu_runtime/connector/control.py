@@ -113,14 +113,21 @@ class WorkerRpc:
     def _inferscale(self) -> WorkerControl:
         raise NotImplementedError
 
+    def _tp_rank(self) -> int:
+        raise NotImplementedError
+
     def inferscale_purge(self, tenant: str, keys: list[dict[str, Any]]) -> int:
         return self._inferscale().purge(tenant, keys)
 
     def inferscale_purge_tenant(self, tenant: str) -> None:
         self._inferscale().purge_tenant(tenant)
 
-    def inferscale_demote(self, tenant: str, keys: list[dict[str, Any]], tier: str) -> None:
-        self._inferscale().demote(tenant, keys, tier)
+    def inferscale_demote(
+        self, tenant: str, keys: list[dict[str, Any]], tier: str, ranks: list[int] | None = None
+    ) -> None:
+        """``ranks``: only on these tensor-parallel ranks (``None``: on every rank)."""
+        if ranks is None or self._tp_rank() in ranks:
+            self._inferscale().demote(tenant, keys, tier)
 
     def inferscale_placement(self, tenant: str, keys: list[dict[str, Any]]) -> list[str | None]:
         return self._inferscale().placement(tenant, keys)

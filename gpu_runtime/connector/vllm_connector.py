@@ -372,6 +372,11 @@ class InferScaleWorkerExtension(WorkerRpc):
     def _inferscale(self) -> WorkerControl:
         return WorkerControl(self._connector().worker_half)
 
+    def _tp_rank(self) -> int:
+        from vllm.distributed.parallel_state import get_tp_group
+
+        return int(get_tp_group().rank_in_group)
+
     def inferscale_describe(self) -> dict[str, Any]:
         import vllm
 

@@ -261,7 +261,8 @@ async def placement(body: p.KeysRequest, runtime: RuntimeDep) -> p.PlacementResu
 async def demote(body: p.DemoteRequest, runtime: RuntimeDep) -> Response:
     """Moves facts down to a slower tier (offload benchmarks; room ahead of a known burst)."""
     tenant = TenantId(body.tenant)
-    await runtime.demote(tenant, [_key(runtime, tenant, k) for k in body.keys], body.tier)
+    keys = [_key(runtime, tenant, k) for k in body.keys]
+    await runtime.demote(tenant, keys, body.tier, body.ranks)
     return Response(status_code=204)
 
 
