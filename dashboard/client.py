@@ -63,12 +63,11 @@ class AdminClient:
         result: dict[str, Any] = response.json()
         return result
 
-    def residency(self, tenant_id: str | None = None) -> list[dict[str, Any]]:
-        """The runtime's pool statistics per worker rank."""
-        workers: list[dict[str, Any]] = self._get("/v1/admin/residency", tenant_id=tenant_id)[
-            "workers"
-        ]
-        return workers
+    def residency(self, tenant_id: str | None = None) -> dict[str, Any]:
+        """The runtime's pool statistics: ``workers``, one per worker rank of every replica, and
+        ``totals``, their counts and bytes summed by the API."""
+        body: dict[str, Any] = self._get("/v1/admin/residency", tenant_id=tenant_id)
+        return body
 
     def jobs(self, tenant_id: str | None = None, limit: int = 200) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = self._get("/v1/admin/jobs", tenant_id=tenant_id, limit=limit)[

@@ -17,15 +17,11 @@ TIERS = ("gpu", "host", "disk")
 SAMPLES = "residency_samples"  # session state: counters over time, for the hit-rate chart
 
 
-def _sum(workers: list[dict[str, Any]], name: str) -> int:
-    return sum(int(w.get(name, 0)) for w in workers)
-
-
-def _record(scope: str, workers: list[dict[str, Any]]) -> pd.DataFrame:
+def _record(scope: str, totals: dict[str, int]) -> pd.DataFrame:
     samples = st.session_state.setdefault(SAMPLES, {}).setdefault(scope, [])
     sample = {"time": pd.Timestamp(time.time(), unit="s")}
-    sample |= {f"{t}_hits": _sum(workers, f"{t}_hits") for t in TIERS}
-    sample["misses"] = _sum(workers, "misses")
+    sample |= {f"{t}_hits": totals.get(f"{t}_hits", 0) for t in TIERS}
+    sample["misses"] = totals.get("misses", 0)
     samples.append(sample)
     del samples[:-360]
     frame = pd.DataFrame(samples)
@@ -62,29 +58,31 @@ def render(client: AdminClient) -> None:
     tenants = {t["name"]: t["tenant_id"] for t in client.tenants()}
     choice = st.selectbox("tenant", ["all tenants", *tenants])
     tenant_id = tenants.get(choice)
-    workers = client.residency(tenant_id)
+    residency = client.residency(tenant_id)
+    workers, totals = residency["workers"], residency["totals"]
     if not workers:
         st.info("The runtime reports no worker statistics yet.")
         return
     cols = st.columns(5)
     for cell, tier in zip(cols, TIERS, strict=False):
-        mib = _sum(workers, f"{tier}_bytes") / 2**20
-        entries = _sum(workers, f"{tier}_entries")
+        mib = totals.get(f"{tier}_bytes", 0) / 2**20
+        entries = totals.get(f"{tier}_entries", 0)
         cell.metric(f"facts on {tier}", entries, f"{mib:.2f} MiB", delta_color="off")
-    cols[3].metric("misses → prefill", _sum(workers, "misses"))
-    cols[4].metric("evictions", _sum(workers, "evictions"))
+    cols[3].metric("misses → prefill", totals.get("misses", 0))
+    cols[4].metric("evictions", totals.get("evictions", 0))
     st.subheader("Per worker rank")
     st.caption(
-        "The totals above add up the ranks. Under tensor parallelism each rank holds its KV "
-        "heads' slice of every fact: a fact counts once per rank, and its bytes add up to it."
+        "The totals above add up the ranks (the admin API sums them). Under tensor parallelism "
+        "each rank holds its KV heads' slice of every fact: a fact counts once per rank, and its "
+        "bytes add up to it."
     )
     st.dataframe(_ranks(workers), hide_index=True)
-    placed = pd.DataFrame([{"tier": t, "MiB": _sum(workers, f"{t}_bytes") / 2**20} for t in TIERS])
+    placed = pd.DataFrame([{"tier": t, "MiB": totals.get(f"{t}_bytes", 0) / 2**20} for t in TIERS])
     st.subheader("Bytes per tier")
     st.bar_chart(placed.set_index("tier"))
     st.subheader("Hit rate per tier over time")
     st.caption("Share of the lookups between two refreshes; prefill: misses, recomputed")
-    rates = _record(tenant_id or "all", workers)
+    rates = _record(tenant_id or "all", totals)
     history = rates.melt("time", [*TIERS, "prefill"], "tier", "share")
     st.altair_chart(alt.Chart(history).mark_line(point=True).encode(
         x=alt.X("time:T", axis=TIME), y=alt.Y("share:Q", axis=alt.Axis(format="%")),

@@ -97,6 +97,9 @@ def test_every_page_renders_its_charts_and_tables_with_data(stack_with_data: str
         os.environ["INFERSCALE_RUNTIME_URL"]
     ]
     assert ranks["gpu facts"].sum() + ranks["host facts"].sum() > 0
+    shown = {m.label: m.value for m in at.metric}
+    for tier in ("gpu", "host", "disk"):  # the API's totals, the ranks' rows summed
+        assert int(shown[f"facts on {tier}"]) == ranks[f"{tier} facts"].sum(), shown
 
     at = _run_page("latency", stack_with_data)
     assert not at.exception and not at.error, _text(at)
