@@ -6,13 +6,16 @@ a worker process, a CLI or a test uses ``process_resources()``."""
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from backend.core.config import Settings, get_settings
+from backend.db.session import open_connections
 from backend.jobs.pipeline.broker import send_to_broker
 from backend.jobs.pipeline.outbox import Send
 from backend.retrieval.embedder import get_embedder
@@ -26,6 +29,8 @@ from backend.services.rate_limits import RateLimiter
 from gpu_runtime.types import TenantId
 
 EMBEDDING_DIM = 384  # MiniLM-L6
+
+logger = logging.getLogger(__name__)
 
 
 def index_device_error(settings: Settings) -> str | None:
@@ -69,9 +74,18 @@ class Resources:
         return QueryEmbedder(get_embedder, self.engine, self.settings.query_embedding)
 
     def warm_up(self) -> threading.Thread:
-        """Loads the embedder in the background as the process starts, so that its first
-        requests (a chat that embeds its query here, a memory written) do not wait for it."""
-        thread = threading.Thread(target=get_embedder, name="inferscale-warm-up", daemon=True)
+        """Opens database connections and loads the embedder in the background as the process
+        starts, so that its first requests (concurrent searches and chats after a deploy, a
+        chat that embeds its query here, a memory written) wait for neither."""
+
+        def warm() -> None:
+            try:
+                open_connections(self.settings.database_pool_warm)
+            except SQLAlchemyError as exc:  # the database is not up yet: requests will say so
+                logger.warning("no database connection opened at start: %s", exc)
+            get_embedder()
+
+        thread = threading.Thread(target=warm, name="inferscale-warm-up", daemon=True)
         thread.start()
         return thread
 

@@ -56,6 +56,9 @@ class Settings(BaseSettings):
     database_pool_timeout_s: float = Field(
         default=10.0, gt=0, validation_alias="DATABASE_POOL_TIMEOUT_S"
     )
+    # Connections an API process opens as it starts (at most the pool's size), so that its first
+    # concurrent requests after a deploy or a restart do not each wait for a new one.
+    database_pool_warm: int = Field(default=8, ge=0, validation_alias="DATABASE_POOL_WARM")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
     # A task a worker took but never acknowledged (the worker died mid-job) goes back to the
     # queue after this long. Longer than any job runs, or a running job would be sent twice.

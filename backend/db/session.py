@@ -28,6 +28,20 @@ def get_engine() -> Engine:
     )
 
 
+def open_connections(count: int) -> int:
+    """Opens up to ``count`` connections (no more than the pool keeps) and returns them to the
+    pool; how many were opened."""
+    engine = get_engine()
+    held = []
+    try:
+        for _ in range(min(count, get_settings().database_pool_size)):
+            held.append(engine.connect())
+    finally:
+        for connection in held:
+            connection.close()
+    return len(held)
+
+
 @lru_cache
 def session_factory() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
