@@ -40,7 +40,8 @@ def test_the_api_searches_users_on_the_cpu_even_with_a_gpu_build(
 @pytest.mark.db
 def test_the_warm_up_leaves_connections_open_in_the_pool(migrated_database: str) -> None:
     """A fresh process's first concurrent requests find connections waiting (after a restart
-    the first 40 searches took 0.80-0.97 s at p50 without them, 0.52-0.59 s with them:
+    the first 40 searches took 0.78-0.97 s at p50 without them, 0.52-0.72 s with them, two runs
+    of three restarts each:
     docs/benchmarks.md)."""
     from backend.db.session import get_engine
 
