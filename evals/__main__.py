@@ -7,6 +7,8 @@
 
     inferscale eval recall --ks 5,20,50 --out docs/results/retrieval   # evals/recall.py
 
+    inferscale eval hits --memories both --k 50 --out docs/results/locomo/hits-fused-both.json
+
 Runs the harness of :mod:`evals.locomo` through a runtime service: the one at
 ``--runtime-url`` (``INFERSCALE_SERVICE_TOKEN`` its token), or one it starts for the run with a
 throwaway KV store. Writes eval.json, eval.md and a PNG.
@@ -36,6 +38,10 @@ def main(argv: list[str] | None = None) -> int:
         from evals.recall import main as recall
 
         return recall(given[1:])
+    if given[:1] == ["hits"]:  # retrieval written once, for a run on a machine without MiniLM
+        from evals.retrieval import main as hits
+
+        return hits(given[1:])
     if given[:1] == ["compare"]:  # two runs' eval.json side by side
         from evals.compare import main as compare
 
@@ -78,10 +84,17 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="BM25's weight in the fused ranking (default: the API's; 0 = dense only)",
     )
+    parser.add_argument(
+        "--memories",
+        choices=["observations", "turns", "both"],
+        default="observations",
+        help="what the import keeps as memories (the API's ConversationImport.memories)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/eval/locomo"))
     args = parser.parse_args(given)
 
     from backend.core.config import Settings
+    from backend.core.locomo import ConversationMemories
     from backend.core.paths import locomo_dir
     from evals.locomo import EvalSettings, Mode, run_eval
     from evals.report import to_markdown, write_outputs
@@ -111,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.keyword_weight is None
             else args.keyword_weight
         ),
+        memories=ConversationMemories(args.memories),
     )
     token = RuntimeSettings().service_token
     disk_root = tempfile.mkdtemp(prefix="inferscale-eval-kv-")  # throwaway fact KV

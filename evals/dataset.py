@@ -1,9 +1,10 @@
 """LoCoMo conversations as the evaluation reads them: facts, turns, questions.
 
 A LoCoMo file holds one sample (the shared ``conv-*.json``) or a list of them (the released
-``locomo10.json``). Facts are the session observations exactly as the platform imports them
-(``parse_locomo``: prefixed with the session date, each tied to the dia_id of its turn); a
-question's gold answer is ``answer``, or ``adversarial_answer`` for category 5.
+``locomo10.json``). Facts are the memories exactly as the platform's import keeps them
+(``parse_locomo`` and ``ConversationMemories``): the session observations, prefixed with the
+session date and tied to the dia_id of their turn, and/or the turns themselves; a question's
+gold answer is ``answer``, or ``adversarial_answer`` for category 5.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from backend.core.locomo import ConversationMemories
 from gpu_runtime.client.composer import Turn
 
 
@@ -56,26 +58,41 @@ def locomo_files(paths: Iterable[Path]) -> list[Path]:
     return found
 
 
-def load_conversations(path: Path) -> list[Conversation]:
+def load_conversations(
+    path: Path, memories: ConversationMemories = ConversationMemories.OBSERVATIONS
+) -> list[Conversation]:
     """One LoCoMo sample per file, or a list of them (like the released locomo10.json)."""
     data = json.loads(path.read_text())
     samples = data if isinstance(data, list) else [data]
     return [
-        _conversation(s, path, path.stem if len(samples) == 1 else f"{path.stem}[{i}]")
+        _conversation(s, path, path.stem if len(samples) == 1 else f"{path.stem}[{i}]", memories)
         for i, s in enumerate(samples)
     ]
 
 
-def _conversation(data: dict[str, Any], path: Path, fallback: str) -> Conversation:
-    from backend.core.locomo import parse_locomo
+def _conversation(
+    data: dict[str, Any], path: Path, fallback: str, memories: ConversationMemories
+) -> Conversation:
+    from backend.core.locomo import parse_locomo, turn_memory_text
 
     parsed = parse_locomo(data)
     sample = str(data.get("sample_id") or fallback)
     position = {t.ref: i for i, t in enumerate(parsed.turns)}
-    fact_turns = []
-    for observation in parsed.observations:  # a ref may list several dia_ids: the first known
+    keep_observations, keep_turns = memories.keeps(bool(parsed.observations))
+    facts: list[str] = []
+    fact_refs: list[str] = []
+    fact_turns: list[int | None] = []
+    for observation in parsed.observations if keep_observations else []:
+        # a ref may list several dia_ids: the first known
         refs = [r for r in _dia_ids(observation.ref) if r in position]
+        facts.append(observation.text)
+        fact_refs.append(observation.ref)
         fact_turns.append(position[refs[0]] if refs else None)
+    for i, turn in enumerate(parsed.turns if keep_turns else []):
+        if turn.text:  # as the ingestion job: an empty turn states nothing
+            facts.append(turn_memory_text(turn.speaker, turn.text, turn.spoken_at))
+            fact_refs.append(turn.ref)
+            fact_turns.append(i)
     questions = []
     for index, qa in enumerate(data.get("qa", [])):
         category = int(qa["category"])
@@ -90,8 +107,8 @@ def _conversation(data: dict[str, Any], path: Path, fallback: str) -> Conversati
     return Conversation(
         sample,
         str(path),
-        tuple(o.text for o in parsed.observations),
-        tuple(o.ref for o in parsed.observations),
+        tuple(facts),
+        tuple(fact_refs),
         tuple(fact_turns),
         tuple(Turn(t.speaker, t.text) for t in parsed.turns),
         tuple(questions),

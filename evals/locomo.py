@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.core.locomo import ConversationMemories
 from evals import scoring
 from evals.dataset import (
     Conversation,
@@ -93,6 +94,7 @@ class EvalSettings:
     concurrency: int = 1  # questions in flight at once (the runtime batches them)
     hits_file: Path | None = None  # retrieval results to read, or to write once computed
     keyword_weight: float = 0.5  # BM25's weight in the fused ranking, as the API serves (0: dense)
+    memories: ConversationMemories = ConversationMemories.OBSERVATIONS  # what an import keeps
 
 
 @dataclass(frozen=True)
@@ -186,13 +188,13 @@ def run_eval(
     from evals.report import summarize
 
     started = time.perf_counter()
-    retrieval = Retrieval(settings.hits_file, embedder, settings.keyword_weight)
+    retrieval = Retrieval(settings.hits_file, embedder, settings.keyword_weight, settings.memories)
     tenant = TenantId(f"locomo-eval-{uuid.uuid4().hex[:8]}")
     configs = run_configs(settings)
     rows: list[dict[str, Any]] = []
     timing: dict[str, float] = {"encode_s": 0.0}
     files = locomo_files(settings.files)
-    conversations = [c for path in files for c in load_conversations(path)]
+    conversations = [c for path in files for c in load_conversations(path, settings.memories)]
     if len({c.sample for c in conversations}) < len(conversations):  # keys must not collide
         conversations = [replace(c, sample=f"{c.sample}#{i}") for i, c in enumerate(conversations)]
     for conv in conversations:
@@ -231,6 +233,8 @@ def run_eval(
         "model": model.encoding_model,
         "dtype": model.dtype,
         "files": [str(p) for p in files],
+        "memories": settings.memories.value,
+        "keyword_weight": settings.keyword_weight,
         "ks": list(settings.ks),
         "windows": list(settings.windows),
         "modes": [m.value for m in settings.modes],

@@ -4,7 +4,8 @@ For every question with evidence (category 5, adversarial, has none to find), th
 evidence turns among the facts retrieved: dense (MiniLM + exact inner product, what the
 platform serves), keyword (BM25 over the fact text, ``bm25s``, English stop words), and the two
 fused by reciprocal rank (RRF, k=60) with the keyword side weighted: the platform's own
-ranking code (``backend/retrieval/keyword.py``). The ceiling is the recall
+ranking code (``backend/retrieval/keyword.py``). Each over the memories an import can keep
+(``ConversationMemories``: the observations, the turns, or both). The ceiling is the recall
 of all facts: an evidence turn that no fact is tied to cannot be retrieved by any configuration.
 
     python -m evals recall --ks 5,20,50 --out docs/results/retrieval
@@ -21,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from backend.core.locomo import ConversationMemories
 from evals.dataset import Conversation, Question, load_conversations, locomo_files
 
 KEYWORD_WEIGHTS = (1.0, 0.5, 0.25)
@@ -57,24 +59,29 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale eval recall", description=__doc__)
     parser.add_argument("--files", nargs="+", help="LoCoMo files or folders (default: the repo's)")
     parser.add_argument("--ks", default="5,20,50")
+    parser.add_argument("--memories", default="observations,turns,both")
     parser.add_argument("--out", type=Path, default=Path("runs/eval/recall"))
     args = parser.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
+    kinds = [ConversationMemories(m) for m in args.memories.split(",") if m]
     files = locomo_files([Path(f) for f in (args.files or ["data/locomo"])])
     started = time.perf_counter()
-    got: dict[str, dict[str, list[float]]] = {}  # config@k -> category -> recalls
-    ceiling: dict[str, list[float]] = {}
+    got: dict[str, dict[str, list[float]]] = {}  # memories/config@k -> category -> recalls
+    ceilings: dict[str, dict[str, list[float]]] = {}  # memories -> category -> recalls
     for path in files:
-        for conv in load_conversations(path):
-            questions = [q for q in conv.questions if q.evidence and q.category != 5]
-            everything = range(len(conv.facts))
-            for q in questions:
-                ceiling.setdefault(str(q.category), []).append(_recall(conv, q, everything))
-            for q, configs in zip(questions, rankings(conv, questions), strict=True):
-                for name, ids in configs.items():
-                    for k in ks:
-                        cell = got.setdefault(f"{name}@{k}", {})
-                        cell.setdefault(str(q.category), []).append(_recall(conv, q, ids[:k]))
+        for memories in kinds:
+            for conv in load_conversations(path, memories):
+                questions = [q for q in conv.questions if q.evidence and q.category != 5]
+                everything = range(len(conv.facts))
+                ceiling = ceilings.setdefault(memories.value, {})
+                for q in questions:
+                    ceiling.setdefault(str(q.category), []).append(_recall(conv, q, everything))
+                for q, configs in zip(questions, rankings(conv, questions), strict=True):
+                    for name, ids in configs.items():
+                        for k in ks:
+                            cell = got.setdefault(f"{memories.value}/{name}@{k}", {})
+                            recall = _recall(conv, q, ids[:k])
+                            cell.setdefault(str(q.category), []).append(recall)
 
     def summary(by_category: dict[str, list[float]]) -> dict[str, float | int]:
         every = [r for rs in by_category.values() for r in rs]
@@ -84,24 +91,25 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = {
         "files": [str(f) for f in files],
-        "ceiling": summary(ceiling),
+        "ceiling": {memories: summary(cells) for memories, cells in ceilings.items()},
         "configs": {name: summary(cells) for name, cells in got.items()},
         "seconds": round(time.perf_counter() - started, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "recall.json").write_text(json.dumps(result, indent=1) + "\n")
-    cats = [c for c in result["ceiling"] if c.startswith("cat")]
+    cats = sorted({c for top in result["ceiling"].values() for c in top if c.startswith("cat")})
     lines = [
-        "| config | k | all | " + " | ".join(cats) + " |",
-        "|---|---|---|" + "---|" * len(cats),
+        "| memories | config | k | all | " + " | ".join(cats) + " |",
+        "|---|---|---|---|" + "---|" * len(cats),
     ]
     for name, row in result["configs"].items():
         config, k = name.rsplit("@", 1)
-        lines.append(f"| {config} | {k} | {row['all']:.3f} | "
+        memories, config = config.split("/", 1)
+        lines.append(f"| {memories} | {config} | {k} | {row['all']:.3f} | "
                      + " | ".join(f"{row[c]:.3f}" for c in cats) + " |")  # fmt: skip
-    top = result["ceiling"]
-    lines.append(f"| all facts (ceiling) | - | {top['all']:.3f} | "
-                 + " | ".join(f"{top[c]:.3f}" for c in cats) + " |")  # fmt: skip
+    for memories, top in result["ceiling"].items():
+        lines.append(f"| {memories} | all facts (ceiling) | - | {top['all']:.3f} | "
+                     + " | ".join(f"{top[c]:.3f}" for c in cats) + " |")  # fmt: skip
     (args.out / "recall.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -190,6 +190,8 @@ def to_markdown(result: dict[str, Any], with_notes: bool = True) -> str:
         f"- ks {config.get('ks')}, windows {config.get('windows')}, modes {config.get('modes')}, "
         f"max questions per conversation {config.get('max_questions')}, "
         f"max new tokens {config.get('max_tokens')} (greedy)",
+        f"- memories: {_MEMORIES[config.get('memories', 'observations')]}, ranked by MiniLM + "
+        f"exact FAISS fused with BM25 at keyword weight {config.get('keyword_weight', '?')}",
         f"- wall time {_fmt(timing.get('total_s'), 0)} s "
         f"(fact encoding {_fmt(timing.get('encode_s'), 0)} s)",
         "",
@@ -231,14 +233,19 @@ def to_markdown(result: dict[str, Any], with_notes: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
+_MEMORIES = {
+    "observations": "the conversation's session observations (dated)",
+    "turns": "the conversation's turns (dated, with their speaker)",
+    "both": "the session observations and the turns (dated)",
+}
+
 _NOTES = [
     "- Scoring: snap-research/locomo `task_eval/evaluation.py` rules — token F1 on normalised, "
     "Porter-stemmed answers; multi-hop (1) averages per-gold-part best F1 over ','-split parts; "
     "open-domain (3) gold keeps what precedes ';'; adversarial (5) scores 1 when the answer "
     "contains 'not mentioned' or 'no information available'.",
-    "- Facts: the conversation's session observations (dated), retrieved per question with "
-    "MiniLM + exact FAISS search; evidence recall = share of a question's evidence turns that "
-    "some retrieved fact is tied to.",
+    "- Facts: the memories an import keeps (above), retrieved per question; evidence recall = "
+    "share of a question's evidence turns that some retrieved fact is tied to.",
     "- Fidelity: kv answers against prompt answers to the same question with the same retrieved "
     "facts and identical prompt token ids. First-token KL(prompt || kv) is estimated from each "
     "side's top-20 logprobs over the union of the two sets (a token missing on one side gets that "

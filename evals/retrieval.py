@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from backend.core.locomo import ConversationMemories
 from evals.dataset import Conversation, Question
 
 if TYPE_CHECKING:
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
 Hits = dict[str, dict[int, list[int]]]
 # A hits file names the keyword weight it was ranked with under this key (none: dense only).
 WEIGHT_KEY = "_keyword_weight"
+# ... and the memories it ranked under this one (none: the observations).
+MEMORIES_KEY = "_memories"
 
 
 class Retrieval:
@@ -32,12 +35,14 @@ class Retrieval:
         path: Path | None = None,
         embedder: Embedder | None = None,
         keyword_weight: float = 0.0,
+        memories: ConversationMemories = ConversationMemories.OBSERVATIONS,
     ) -> None:
         """``path``: a hits file to read (if it exists) and to write what is computed; it must
-        have been ranked with ``keyword_weight``."""
+        have been ranked with ``keyword_weight`` over the same ``memories``."""
         self.path = path
         self._embedder = embedder
         self.keyword_weight = keyword_weight
+        self.memories = memories
         self.hits: Hits = {}
         if path is not None and path.is_file():
             raw = json.loads(path.read_text())
@@ -46,6 +51,9 @@ class Retrieval:
                 raise ValueError(
                     f"{path} was ranked with keyword weight {written}, not {keyword_weight}"
                 )
+            over = raw.pop(MEMORIES_KEY, ConversationMemories.OBSERVATIONS.value)
+            if over != memories.value:
+                raise ValueError(f"{path} was ranked over the {over} memories, not {memories}")
             self.hits = {s: {int(q): ids for q, ids in qs.items()} for s, qs in raw.items()}
         self.computed = False
 
@@ -67,6 +75,8 @@ class Retrieval:
             out: dict[str, object] = {**self.hits}
             if self.keyword_weight:
                 out[WEIGHT_KEY] = self.keyword_weight
+            if self.memories is not ConversationMemories.OBSERVATIONS:
+                out[MEMORIES_KEY] = self.memories.value
             self.path.write_text(json.dumps(out, sort_keys=True) + "\n")
 
     def _search(self, conv: Conversation, questions: Sequence[Question], k: int) -> list[list[int]]:
@@ -92,3 +102,35 @@ class Retrieval:
             )[:k]
             for q, v in zip(questions, vectors, strict=True)
         ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``inferscale eval hits``: every question's top-k facts written to a hits file, on this
+    machine, for a run elsewhere (``--hits``) that has no embedding model."""
+    import argparse
+
+    from backend.core.config import Settings
+    from backend.core.paths import locomo_dir
+    from evals.dataset import load_conversations, locomo_files
+
+    parser = argparse.ArgumentParser(prog="inferscale eval hits", description=main.__doc__)
+    parser.add_argument("--files", nargs="+", help="LoCoMo files or folders (default: the repo's)")
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--keyword-weight", type=float, help="default: the API's")
+    parser.add_argument("--memories", choices=[m.value for m in ConversationMemories],
+                        default=ConversationMemories.OBSERVATIONS.value)  # fmt: skip
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args(argv)
+    weight = (
+        Settings().retrieval_keyword_weight if args.keyword_weight is None else args.keyword_weight
+    )
+    memories = ConversationMemories(args.memories)
+    retrieval = Retrieval(args.out, keyword_weight=weight, memories=memories)
+    for path in locomo_files([Path(f) for f in args.files or [str(locomo_dir())]]):
+        for conv in load_conversations(path, memories):
+            if conv.questions and conv.facts:
+                retrieval.top(conv, conv.questions, args.k)
+                print(f"{conv.sample}: {len(conv.facts)} facts, {len(conv.questions)} questions")
+    retrieval.save()
+    print(f"wrote {args.out}")
+    return 0

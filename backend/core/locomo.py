@@ -5,6 +5,7 @@ database: the API's import, the ingestion job and the evaluation harness all rea
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from backend.errors import InvalidRequestError
@@ -32,6 +33,32 @@ class ParsedConversation:
     title: str
     turns: list[TurnIn]
     observations: list[Observation]
+
+
+class ConversationMemories(StrEnum):
+    """What an import keeps as the user's memories.
+
+    ``observations``: the facts stated about the turns (LoCoMo's session observations) when the
+    import has them, else each turn. ``turns``: each turn, as said. ``both``: the observations
+    and the turns they were taken from: the turns keep what no observation states (a fifth of
+    LoCoMo's evidence turns have no observation tied to them; docs/accuracy.md, "Retrieval")."""
+
+    OBSERVATIONS = "observations"
+    TURNS = "turns"
+    BOTH = "both"
+
+    def keeps(self, has_observations: bool) -> tuple[bool, bool]:
+        """(observations kept, turns kept) for an import with or without observations."""
+        if not has_observations:
+            return False, True
+        return self is not ConversationMemories.TURNS, self is not ConversationMemories.OBSERVATIONS
+
+
+def turn_memory_text(speaker: str, text: str, spoken_at: str = "") -> str:
+    """A turn as a memory's text: dated like an observation, so "when" questions are
+    answerable from it alone, and with its speaker, as said."""
+    stamp = f"[{spoken_at}] " if spoken_at else ""
+    return f"{stamp}{speaker}: {text}"
 
 
 # Column sizes of what a conversation writes (backend.db.models).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 
+from backend.core.locomo import ConversationMemories
 from backend.db.models import JobStatus
 from backend.db.session import session_scope
 from backend.jobs.pipeline.progress import update_job
@@ -30,9 +31,11 @@ def ingest_conversation(tenant_id: str, conversation_id: str, job_id: str | None
             encode_job = None
         else:
             observations = [(str(t), str(r)) for t, r in payload.get("observations", [])]
+            # (a job queued before the choice existed kept the observations)
+            memories = ConversationMemories(payload.get("memories", "observations"))
             ctx = process_resources().tenant_context(session, tenant)
             created, encode_job = ConversationService(ctx).ingest(
-                uuid.UUID(conversation_id), observations
+                uuid.UUID(conversation_id), observations, memories
             )
             if job is not None:
                 job.payload = {**payload, "observations": [], "ingested": True}

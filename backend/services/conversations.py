@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import uuid
 
-from backend.core.locomo import ParsedConversation
+from backend.core.locomo import ConversationMemories, ParsedConversation, turn_memory_text
 from backend.db.models import Conversation, Job, JobKind
 from backend.errors import InvalidRequestError, NotFoundError
 from backend.jobs.pipeline import outbox
@@ -23,20 +23,26 @@ class ConversationService:
         self.users = UserRepository(ctx.session, ctx.tenant)
 
     def import_(
-        self, user_external_id: str, parsed: ParsedConversation
+        self,
+        user_external_id: str,
+        parsed: ParsedConversation,
+        memories: ConversationMemories = ConversationMemories.OBSERVATIONS,
     ) -> tuple[Conversation, Job]:
         if not parsed.turns:
             raise InvalidRequestError("a conversation needs at least one turn")
         user = self.users.get_or_create(user_external_id)
         conversation = self.conversations.create(user, parsed.title, "import")
         self.conversations.add_turns(conversation, parsed.turns)
+        observations, turns = memories.keeps(bool(parsed.observations))
+        kept = parsed.observations if observations else []  # no text the job will not keep
         job = JobRepository(self.ctx.session, self.conversations.tenant_uuid).create(
             JobKind.INGEST_CONVERSATION,
             {
                 "conversation_id": str(conversation.id),
-                "observations": [[o.text, o.ref] for o in parsed.observations],
+                "observations": [[o.text, o.ref] for o in kept],
+                "memories": memories.value,
             },
-            total=len(parsed.observations) or len(parsed.turns),
+            total=len(kept) + len(parsed.turns) * turns,
         )
         payload: dict[str, object] = {
             "tenant_id": self.ctx.tenant.value,
@@ -71,30 +77,32 @@ class ConversationService:
         return len(taken)
 
     def ingest(
-        self, conversation_id: uuid.UUID, observations: list[tuple[str, str]]
+        self,
+        conversation_id: uuid.UUID,
+        observations: list[tuple[str, str]],
+        memories: ConversationMemories = ConversationMemories.OBSERVATIONS,
     ) -> tuple[list[str], uuid.UUID | None]:
-        """Facts per turn (or per observation, tied to its turn); idempotent: turns that already
-        have facts are skipped, so a redelivered job adds nothing. Returns the new fact ids and
+        """Facts per observation (tied to its turn) and/or per turn, as ``memories`` says;
+        idempotent: turns that already have facts are skipped (a run creates all of its facts
+        in one transaction), so a redelivered job adds nothing. Returns the new fact ids and
         the job that encodes them."""
         conversation = self.get(conversation_id)
         turns = self.conversations.turns(conversation)
         facts = FactRepository(self.ctx.session, self.ctx.tenant)
         covered = facts.source_turns(conversation.id)
         by_ref = {t.ref: t for t in turns if t.ref}
+        keep_observations, keep_turns = memories.keeps(bool(observations))
         texts: list[str] = []
         sources: list[int | None] = []
-        if observations:
-            for text, ref in observations:
-                turn = by_ref.get(ref)
-                if turn is not None and turn.id not in covered:
-                    texts.append(text)
-                    sources.append(turn.id)
-        else:
-            for turn in turns:
-                if turn.id not in covered and turn.text:
-                    stamp = f"[{turn.spoken_at}] " if turn.spoken_at else ""
-                    texts.append(f"{stamp}{turn.speaker}: {turn.text}")
-                    sources.append(turn.id)
+        for text, ref in observations if keep_observations else []:
+            turn = by_ref.get(ref)
+            if turn is not None and turn.id not in covered:
+                texts.append(text)
+                sources.append(turn.id)
+        for turn in turns if keep_turns else []:
+            if turn.id not in covered and turn.text:
+                texts.append(turn_memory_text(turn.speaker, turn.text, turn.spoken_at))
+                sources.append(turn.id)
         if not texts:
             return [], None
         user = self.users.by_id(conversation.user_id)

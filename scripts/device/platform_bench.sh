@@ -13,6 +13,10 @@
 #   bash scripts/device/platform_bench.sh locomo-budget # hybrid with a prefill budget in tokens
 #                                                   # (100, 200, 400) beside r=2 and prompt mode,
 #                                                   # the dev set at k = 5, 20, 50 (issue 28)
+#   bash scripts/device/platform_bench.sh locomo-memories # the dev set over the observations and
+#                                                   # the turns (an import's memories=both), kv,
+#                                                   # hybrid (400-token budget) and prompt, compared
+#                                                   # question by question with the budget run
 #   bash scripts/device/platform_bench.sh fairness  # the noisy-neighbour benchmark (issue 27) on the
 #                                                   # GPU: A floods with 40 users, B one at a time
 #   bash scripts/device/platform_bench.sh embedder  # the runtime's query embedder: its CUDA graphs
@@ -110,6 +114,21 @@ case ${1:-} in
       --recompute 2 --recompute-tokens "${BUDGETS:-100,200,400}" --hybrid-ks "${KS:-5,20,50}" \
       --hybrid-windows 0 --fact-kv-dtype native --out "$res/locomo" > "$res/locomo.log" 2>&1 \
       || echo "eval exit $?"
+    tail -40 "$res/locomo.log"
+    ;;
+  locomo-memories)
+    # Issue 28's retrieval: every question ranked over the observations and the turns
+    # (docs/results/locomo/hits-fused-both.json, `python -m evals hits --memories both`), then
+    # paired with the observations-only budget run (docs/results/locomo-h200-budget/).
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
+      --hits docs/results/locomo/hits-fused-both.json --memories both --keyword-weight 0.5 \
+      --concurrency 64 --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 \
+      --modes kv,hybrid,prompt --recompute 2 --recompute-tokens 400 --hybrid-ks "${KS:-5,20,50}" \
+      --hybrid-windows 0 --fact-kv-dtype native --out "$res/locomo" > "$res/locomo.log" 2>&1 \
+      || echo "eval exit $?"
+    gzip -dc docs/results/locomo-h200-budget/eval.json.gz > /tmp/observations-eval.json
+    python3 -m evals compare /tmp/observations-eval.json "$res/locomo/eval.json" \
+      --names "observations,observations and turns" --out "$res/compare.md"
     tail -40 "$res/locomo.log"
     ;;
   fairness)

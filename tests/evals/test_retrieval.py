@@ -65,3 +65,48 @@ def test_fused_hits_are_the_platforms_ranking_and_name_their_weight(tmp_path: Pa
     assert Retrieval(path, keyword_weight=0.5).top(conv, questions, 4) == got
     with pytest.raises(ValueError, match=r"keyword weight 0\.5"):
         Retrieval(path, keyword_weight=0.0)
+
+
+def test_the_memories_are_what_the_import_keeps_and_the_file_names_them(tmp_path: Path) -> None:
+    """Facts over the observations, the turns or both, as ``ConversationService.ingest`` keeps
+    them (the same text function); a hits file ranked over one kind refuses another."""
+    from backend.core.locomo import ConversationMemories as M
+    from backend.core.locomo import parse_locomo, turn_memory_text
+
+    source = locomo_opening(tmp_path / "c.json", turns=12)
+    parsed = parse_locomo(json.loads(source.read_text()))
+    (observed,) = load_conversations(source, M.OBSERVATIONS)
+    (said,) = load_conversations(source, M.TURNS)
+    (both,) = load_conversations(source, M.BOTH)
+    spoken = [t for t in parsed.turns if t.text]
+    assert observed.facts == tuple(o.text for o in parsed.observations)
+    assert said.facts == tuple(turn_memory_text(t.speaker, t.text, t.spoken_at) for t in spoken)
+    assert said.fact_refs == tuple(t.ref for t in spoken)
+    assert both.facts == observed.facts + said.facts
+    assert both.fact_refs == observed.fact_refs + said.fact_refs
+    # a turn's window is the turns before it, as an observation's is its turn's
+    assert [said.window(i, 2)[-1:] for i in (1, 2)] == [said.turns[0:1], said.turns[1:2]]
+
+    path = tmp_path / "both.json"
+    ranked = Retrieval(path, keyword_weight=0.5, memories=M.BOTH)
+    got = ranked.top(both, both.questions[:2], 5)
+    ranked.save()
+    assert json.loads(path.read_text())["_memories"] == "both"
+    assert (
+        Retrieval(path, keyword_weight=0.5, memories=M.BOTH).top(both, both.questions[:2], 5) == got
+    )
+    with pytest.raises(ValueError, match="over the both memories"):
+        Retrieval(path, keyword_weight=0.5)
+
+
+def test_the_hits_command_writes_every_questions_top_k(tmp_path: Path) -> None:
+    from evals.retrieval import main
+
+    source = locomo_opening(tmp_path / "c.json", turns=12)
+    out = tmp_path / "hits.json"
+    assert main(["--files", str(source), "--k", "3", "--memories", "turns", "--out", str(out)]) == 0
+    (conv,) = load_conversations(source)
+    written = json.loads(out.read_text())
+    assert written["_memories"] == "turns" and "_keyword_weight" in written
+    assert sorted(written[conv.sample]) == sorted(str(q.index) for q in conv.questions)
+    assert all(len(ids) == 3 for ids in written[conv.sample].values())

@@ -34,7 +34,7 @@ def import_conversation(
         parsed = ParsedConversation(body.title, turns, [])
 
     def action() -> ConversationOut:
-        conversation, job = ConversationService(ctx).import_(body.user_id, parsed)
+        conversation, job = ConversationService(ctx).import_(body.user_id, parsed, body.memories)
         return ConversationOut(
             id=conversation.id, title=conversation.title, turns=len(parsed.turns), job_id=job.id
         )

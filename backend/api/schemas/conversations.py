@@ -7,6 +7,7 @@ import uuid
 from pydantic import BaseModel, Field, model_validator
 
 from backend.api.schemas.text import JsonDoc, Text
+from backend.core.locomo import ConversationMemories
 
 
 class TurnIn(BaseModel):
@@ -21,6 +22,14 @@ class ConversationImport(BaseModel):
     title: Text = Field("", max_length=300)
     turns: list[TurnIn] | None = Field(default=None, max_length=20_000)
     locomo: JsonDoc | None = None
+    memories: ConversationMemories = Field(
+        ConversationMemories.OBSERVATIONS,
+        description=(
+            "What becomes the user's memories: 'observations' (a LoCoMo import's session "
+            "observations when it has them, else each turn), 'turns' (each turn), or 'both' (the "
+            "observations and the turns: better retrieval for 3.4 times the memories on LoCoMo)."
+        ),
+    )
 
     @model_validator(mode="after")
     def _one_source(self) -> ConversationImport:
