@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,11 +55,27 @@ def rankings(conv: Conversation, questions: Sequence[Question]) -> list[dict[str
     return out
 
 
+def _token_counter(path: Path | None) -> Callable[[Sequence[str]], int]:
+    """Texts -> their tokens with the served model's tokenizer (0 when it is not on disk)."""
+    from gpu_runtime.config import RuntimeSettings
+
+    found = (path or RuntimeSettings().resolved_tokenizer_path) / "tokenizer.json"
+    if not found.is_file():
+        return lambda texts: 0
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(found))
+    return lambda texts: sum(len(e.ids) for e in tokenizer.encode_batch(list(texts)))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale eval recall", description=__doc__)
     parser.add_argument("--files", nargs="+", help="LoCoMo files or folders (default: the repo's)")
     parser.add_argument("--ks", default="5,20,50")
     parser.add_argument("--memories", default="observations,turns,both")
+    parser.add_argument(
+        "--tokenizer", type=Path, help="counts each kind's fact tokens (default: the served model)"
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/eval/recall"))
     args = parser.parse_args(argv)
     ks = [int(k) for k in args.ks.split(",")]
@@ -68,11 +84,16 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     got: dict[str, dict[str, list[float]]] = {}  # memories/config@k -> category -> recalls
     ceilings: dict[str, dict[str, list[float]]] = {}  # memories -> category -> recalls
+    counter = _token_counter(args.tokenizer)
+    sizes: dict[str, dict[str, int]] = {}  # memories -> facts, tokens (what they cost to keep)
     for path in files:
         for memories in kinds:
             for conv in load_conversations(path, memories):
                 questions = [q for q in conv.questions if q.evidence and q.category != 5]
                 everything = range(len(conv.facts))
+                size = sizes.setdefault(memories.value, {"facts": 0, "tokens": 0})
+                size["facts"] += len(conv.facts)
+                size["tokens"] += counter(conv.facts)
                 ceiling = ceilings.setdefault(memories.value, {})
                 for q in questions:
                     ceiling.setdefault(str(q.category), []).append(_recall(conv, q, everything))
@@ -93,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "files": [str(f) for f in files],
         "ceiling": {memories: summary(cells) for memories, cells in ceilings.items()},
         "configs": {name: summary(cells) for name, cells in got.items()},
+        "sizes": sizes,  # tokens: 0 when no tokenizer was found
         "seconds": round(time.perf_counter() - started, 1),
     }
     args.out.mkdir(parents=True, exist_ok=True)
@@ -110,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
     for memories, top in result["ceiling"].items():
         lines.append(f"| {memories} | all facts (ceiling) | - | {top['all']:.3f} | "
                      + " | ".join(f"{top[c]:.3f}" for c in cats) + " |")  # fmt: skip
+    lines += ["", "| memories | facts | tokens |", "|---|---|---|"]
+    lines += [f"| {m} | {n['facts']} | {n['tokens']} |" for m, n in sizes.items()]
     (args.out / "recall.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
