@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from backend.core.locomo import ConversationMemories
+
 
 def _ints(text: str) -> tuple[int, ...]:
     return tuple(int(x) for x in text.split(",") if x.strip())
@@ -86,15 +88,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--memories",
-        choices=["observations", "turns", "both"],
-        default="observations",
+        choices=[m.value for m in ConversationMemories],
+        default=ConversationMemories.OBSERVATIONS.value,
         help="what the import keeps as memories (the API's ConversationImport.memories)",
     )
     parser.add_argument("--out", type=Path, default=Path("runs/eval/locomo"))
     args = parser.parse_args(given)
 
     from backend.core.config import Settings
-    from backend.core.locomo import ConversationMemories
     from backend.core.paths import locomo_dir
     from evals.locomo import EvalSettings, Mode, run_eval
     from evals.report import to_markdown, write_outputs
