@@ -17,6 +17,9 @@
 #                                                   # the turns (an import's memories=both), kv,
 #                                                   # hybrid (400-token budget) and prompt, compared
 #                                                   # question by question with the budget run
+#   bash scripts/device/platform_bench.sh runtime-peer # after serve: the runtime's own API against
+#                                                   # the peer, TTFT k = 0/50 (free KV too) and 100
+#                                                   # users' requests/s (issue 29's table)
 #   bash scripts/device/platform_bench.sh fairness  # the noisy-neighbour benchmark (issue 27) on the
 #                                                   # GPU: A floods with 40 users, B one at a time
 #   bash scripts/device/platform_bench.sh embedder  # the runtime's query embedder: its CUDA graphs
@@ -119,17 +122,35 @@ case ${1:-} in
   locomo-memories)
     # Issue 28's retrieval: every question ranked over the observations and the turns
     # (docs/results/locomo/hits-fused-both.json, `python -m evals hits --memories both`), then
-    # paired with the observations-only budget run (docs/results/locomo-h200-budget/).
+    # paired with the observations-only budget run (docs/results/locomo-h200-budget/). Hybrid at
+    # the GPU's default budget only (400 tokens; r=0 runs no count), so that one call holds it;
+    # 3.4x the facts of an observations run: a pool that keeps them all on the GPU.
+    bash scripts/device/platform.sh stop  # whatever serve left on the GPU
+    INFERSCALE_GPU_POOL_BYTES=$((12 << 30)) INFERSCALE_HOST_POOL_BYTES=$((8 << 30)) \
     INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
       --hits docs/results/locomo/hits-fused-both.json --memories both --keyword-weight 0.5 \
       --concurrency 64 --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 \
-      --modes kv,hybrid,prompt --recompute 2 --recompute-tokens 400 --hybrid-ks "${KS:-5,20,50}" \
+      --modes kv,hybrid,prompt --recompute 0 --recompute-tokens 400 --hybrid-ks "${KS:-5,20,50}" \
       --hybrid-windows 0 --fact-kv-dtype native --out "$res/locomo" > "$res/locomo.log" 2>&1 \
       || echo "eval exit $?"
     gzip -dc docs/results/locomo-h200-budget/eval.json.gz > /tmp/observations-eval.json
     python3 -m evals compare /tmp/observations-eval.json "$res/locomo/eval.json" \
       --names "observations,observations and turns" --out "$res/compare.md"
     tail -40 "$res/locomo.log"
+    ;;
+  runtime-peer)
+    # Issue 29's table through the runtime's own HTTP API (no tenant API): TTFT at k = 0 and 50
+    # in prompt, kv and free-KV modes and the peer, then 100 streaming users at k=50 (32 tokens),
+    # kv against vLLM's server fed the same facts as text. After `serve`: its peer stays up (the
+    # same server as the tenant-API run), the platform's runtime gives its share of the GPU back.
+    for s in beat worker api runtime; do kill -- -"$(cat /opt/platform/$s.pid 2>/dev/null)" 2>/dev/null; done
+    sleep 5
+    bash scripts/device/platform.sh peer "$model"
+    python3 -m bench peer --model "$model" --load-format dummy \
+      --tokenizer /opt/platform/tokenizer --gpu-memory-utilization 0.45 --peer-url http://127.0.0.1:8011 \
+      --repeats 10 --ks 0,50 --peer-ks 0,50 --users "${USERS:-100}" --rounds 2 --out "$res/runtime-peer" \
+      > "$res/runtime-peer.log" 2>&1 || echo "bench exit $?"
+    grep -E "^(ttft|throughput|peer)|x " "$res/runtime-peer.log" | tail -30
     ;;
   fairness)
     # The 8B shape's platform; fair-gate sizes up to what a GPU batches almost for free.
