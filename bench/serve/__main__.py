@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         "there, answering with the facts in the prompt (bench/serve/peer.py)",
     )
     parser.add_argument("--peer-model", help="the model name vLLM's server serves")
+    parser.add_argument(
+        "--warmup", type=int, default=32,
+        help="concurrent warm-up chats per tenant and mode before the first cell (they reach "
+        "every API process)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     import httpx
@@ -46,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.serve.report import markdown, write
     from bench.serve.serve import ServeBench, to_rows
 
-    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens)
+    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup)
     bench.prepare(Path(args.conversation), tenants=args.tenants)
     cells = asyncio.run(
         bench.run(_ints(args.users), _ints(args.ks), args.modes.split(","), args.requests_per_user)
