@@ -1,0 +1,106 @@
+"""What one chat costs the API process in CPU time, against a running stack: the CPU seconds
+the API's process tree spent (``/proc/<pid>/stat`` of the process and its children: every
+uvicorn worker) over N sequential streaming chats of the official OpenAI SDK, divided by N;
+beside it each chat's TTFT parts (medians), as ``inferscale bench serve`` splits them.
+
+At 100 users the platform's host CPUs are the bound (docs/benchmarks.md, run 9): the API's CPU
+per chat says how many chats a core of it can start and stream. Profile the same loop with
+py-spy (``py-spy record -p PID --gil -f raw``) to see where that time goes.
+
+    python -m bench.serve.api_cpu --api-pid PID [--chats 100] [--modes kv,prompt] [--k 50]
+        [--out FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.serve.serve import PARTS, ServeBench, http_client
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of ``pid`` and its reaped-or-live children (uvicorn's workers)."""
+    pids = [pid, *_children(pid)]
+    total = 0.0
+    for p in pids:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # gone between listing and reading
+        total += sum(int(f) for f in fields[11:13])  # utime, stime (clock ticks)
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        listed = (task / "children").read_text().split()
+        for child in map(int, listed):
+            found += [child, *_children(child)]
+    return found
+
+
+async def measure(bench: ServeBench, pid: int, mode: str, k: int, chats: int) -> dict[str, Any]:
+    import openai
+
+    sdk = openai.AsyncOpenAI(
+        api_key=bench.keys[0], base_url=f"{bench.api}/v1", max_retries=0,
+        http_client=http_client(),
+    )  # fmt: skip
+    try:
+        for i in range(8):  # warm: the user's index, the facts' tokens, the connections
+            await bench._chat(sdk, mode, k, i)
+        cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
+        samples = [await bench._chat(sdk, mode, k, i) for i in range(chats)]
+        cpu1, wall1 = cpu_seconds(pid), time.perf_counter()
+    finally:
+        await sdk.close()
+    return {
+        "mode": mode, "k": k, "chats": chats,
+        "api_cpu_ms_per_chat": 1000 * (cpu1 - cpu0) / chats,
+        "wall_ms_per_chat": 1000 * (wall1 - wall0) / chats,
+        "client_ttft_ms_median": statistics.median(s.client_ttft_ms for s in samples),
+        "parts_median_ms": {p: statistics.median(s.parts[p] for s in samples) for p in PARTS},
+        "query_embedded_on": sorted({str(s.query_embedded_on) for s in samples}),
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    from backend.core.config import get_settings
+    from backend.core.paths import locomo_dir
+
+    settings = get_settings()
+    parser = argparse.ArgumentParser(prog="python -m bench.serve.api_cpu")
+    parser.add_argument("--api", default=f"http://127.0.0.1:{settings.api_port}")
+    parser.add_argument("--api-pid", type=int, required=True, help="the API's (parent) process")
+    parser.add_argument("--chats", type=int, default=100)
+    parser.add_argument("--modes", default="kv,prompt")
+    parser.add_argument("--k", type=int, default=50)
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--conversation", default=str(locomo_dir() / "conv-30.json"))
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+
+    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens)
+    bench.prepare(Path(args.conversation), log=lambda line: print(line, flush=True))
+    rows = []
+    for mode in args.modes.split(","):
+        print(f"==> {mode}: {args.chats} chats at k={args.k}", flush=True)
+        row = asyncio.run(measure(bench, args.api_pid, mode, args.k, args.chats))
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps({"max_tokens": args.max_tokens, "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
