@@ -1,6 +1,7 @@
 """What one chat costs the API process in CPU time, against a running stack: the CPU seconds
 the API's process tree spent (``/proc/<pid>/stat`` of the process and its children: every
-uvicorn worker) over N sequential streaming chats of the official OpenAI SDK, divided by N;
+uvicorn worker) over N sequential streaming chats of the official OpenAI SDK, less what it
+spends idle over the same wall time (measured just before), divided by N;
 beside it each chat's TTFT parts (medians), as ``inferscale bench serve`` splits them.
 
 At 100 users the platform's host CPUs are the bound (docs/benchmarks.md, run 9): the API's CPU
@@ -47,7 +48,9 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-async def measure(bench: ServeBench, pid: int, mode: str, k: int, chats: int) -> dict[str, Any]:
+async def measure(
+    bench: ServeBench, pid: int, mode: str, k: int, chats: int, idle_s: float = 10.0
+) -> dict[str, Any]:
     import openai
 
     sdk = openai.AsyncOpenAI(
@@ -57,14 +60,21 @@ async def measure(bench: ServeBench, pid: int, mode: str, k: int, chats: int) ->
     try:
         for i in range(8):  # warm: the user's index, the facts' tokens, the connections
             await bench._chat(sdk, mode, k, i)
+        # What the API burns doing nothing (its threads' timers, probes): taken off per second.
+        idle0, t0 = cpu_seconds(pid), time.perf_counter()
+        await asyncio.sleep(idle_s)
+        idle_rate = (cpu_seconds(pid) - idle0) / (time.perf_counter() - t0)
         cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
         samples = [await bench._chat(sdk, mode, k, i) for i in range(chats)]
         cpu1, wall1 = cpu_seconds(pid), time.perf_counter()
     finally:
         await sdk.close()
+    gross = (cpu1 - cpu0) / chats
     return {
         "mode": mode, "k": k, "chats": chats,
-        "api_cpu_ms_per_chat": 1000 * (cpu1 - cpu0) / chats,
+        "api_cpu_ms_per_chat": 1000 * (gross - idle_rate * (wall1 - wall0) / chats),
+        "api_cpu_ms_per_chat_gross": 1000 * gross,
+        "idle_cpu_ms_per_s": 1000 * idle_rate,
         "wall_ms_per_chat": 1000 * (wall1 - wall0) / chats,
         "client_ttft_ms_median": statistics.median(s.client_ttft_ms for s in samples),
         "parts_median_ms": {p: statistics.median(s.parts[p] for s in samples) for p in PARTS},
