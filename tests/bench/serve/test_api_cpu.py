@@ -1,0 +1,35 @@
+"""The API-CPU bench's reading of /proc: a process tree's CPU, children included."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from bench.serve.api_cpu import cpu_seconds
+
+
+def test_cpu_seconds_counts_this_process_burning_cpu() -> None:
+    before = cpu_seconds(os.getpid())
+    deadline = time.process_time() + 0.3
+    while time.process_time() < deadline:
+        pass
+    assert cpu_seconds(os.getpid()) - before >= 0.2
+
+
+def test_cpu_seconds_includes_a_live_child() -> None:
+    # A child that burns ~0.5 s of CPU, then sleeps so it is still alive when it is read.
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import time\nend = time.process_time() + 0.5\n"
+        "while time.process_time() < end: pass\ntime.sleep(30)"
+    )])  # fmt: skip
+    try:
+        mine = time.process_time()
+        deadline = time.monotonic() + 20
+        while cpu_seconds(os.getpid()) - mine < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cpu_seconds(os.getpid()) - mine >= 0.4  # the child's CPU, not ours
+    finally:
+        child.kill()
+        child.wait()
