@@ -27,7 +27,7 @@ from bench.serve.serve import PARTS, ServeBench, http_client
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU of ``pid`` and its reaped-or-live children (uvicorn's workers)."""
+    """User + system CPU of ``pid`` and its live descendants (uvicorn's workers)."""
     pids = [pid, *_children(pid)]
     total = 0.0
     for p in pids:
@@ -58,8 +58,7 @@ async def measure(
         http_client=http_client(),
     )  # fmt: skip
     try:
-        for i in range(8):  # warm: the user's index, the facts' tokens, the connections
-            await bench._chat(sdk, mode, k, i)
+        await bench.warm_up([sdk], [mode], k)  # the user's index, the facts' tokens
         # What the API burns doing nothing (its threads' timers, probes): taken off per second.
         idle0, t0 = cpu_seconds(pid), time.perf_counter()
         await asyncio.sleep(idle_s)
@@ -98,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
 
-    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens)
+    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, warmup=8)
     bench.prepare(Path(args.conversation), log=lambda line: print(line, flush=True))
     rows = []
     for mode in args.modes.split(","):
