@@ -36,6 +36,7 @@ class Sample:
     client_ttft_ms: float
     parts: dict[str, float]
     query_embedded_on: str | None = None  # "runtime" | "api" | None (no search)
+    content_chunks: int = 0  # SSE chunks that carried text: fewer than tokens when bursts merge
 
 
 @dataclass
@@ -191,20 +192,23 @@ class ServeBench:
         sent = time.perf_counter()
         first: float | None = None
         extension: dict[str, Any] = {}
+        chunks = 0
         stream = await sdk.chat.completions.create(
             model="inferscale", user="bench-user", stream=True, temperature=0,
             max_tokens=self.max_tokens, messages=[{"role": "user", "content": question}],
             extra_body={"memory": {"mode": mode, "top_k": k}},
         )  # fmt: skip
         async for chunk in stream:
-            if first is None and chunk.choices and chunk.choices[0].delta.content:
-                first = time.perf_counter()
+            if chunk.choices and chunk.choices[0].delta.content:
+                first = first or time.perf_counter()
+                chunks += 1
             extra = chunk.model_extra or {}
             if "inferscale" in extra:
                 extension = extra["inferscale"]
         first = first or time.perf_counter()
         ttft = (first - sent) * 1000
-        return Sample(ttft, _parts(extension, ttft), extension.get("query_embedded_on"))
+        embedded_on = extension.get("query_embedded_on")
+        return Sample(ttft, _parts(extension, ttft), embedded_on, content_chunks=chunks)
 
     async def _cell(
         self, sdks: list[Any], probe: httpx.AsyncClient, n: int, k: int, mode: str, per_user: int
@@ -237,9 +241,11 @@ class ServeBench:
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
+        chunks = _summary([float(s.content_chunks) for s in cell.samples])
         print(
             f"serve users={n:<3} k={k:<3} {mode:<6} client TTFT p50 {ttft['median']:.1f} ms, "
-            f"{len(cell.samples) / cell.seconds:.2f} req/s, {cell.failures} failed",
+            f"{len(cell.samples) / cell.seconds:.2f} req/s, {cell.failures} failed, "
+            f"{chunks['median']:.0f} text chunks per chat",
             flush=True,
         )
         return cell
@@ -258,5 +264,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
                                 for p in c.samples[0].parts} if c.samples else {},
             "healthz_ms": _summary(c.health_ms),
             "query_embedded_on": dict(Counter(str(s.query_embedded_on) for s in c.samples)),
+            "content_chunks_per_chat": _summary([float(s.content_chunks) for s in c.samples]),
         })  # fmt: skip
     return rows

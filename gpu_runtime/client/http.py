@@ -26,33 +26,16 @@ from pydantic import BaseModel
 
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, PromptComposer
+from gpu_runtime.client.errors import (
+    RuntimeClientError,
+    RuntimeNotListeningError,
+    RuntimeRejectedError,
+    RuntimeStreamError,
+    RuntimeUnavailableError,
+)
+from gpu_runtime.client.events import EventReader, read_events
 from gpu_runtime.client.template import ChatTemplate
 from gpu_runtime.client.tokenizer import TextTokenizer
-
-
-class RuntimeClientError(Exception):
-    """Base class of what the client raises; ``code`` is the runtime's error code."""
-
-    def __init__(self, message: str, code: str = "runtime_error", status: int | None = None):
-        super().__init__(message)
-        self.message, self.code, self.status = message, code, status
-
-
-class RuntimeUnavailableError(RuntimeClientError):
-    """The runtime cannot be reached, is still starting, or its engine stopped."""
-
-
-class RuntimeNotListeningError(RuntimeUnavailableError):
-    """Nothing accepts connections at the runtime's address (refused, or its name does not
-    resolve): no runtime process runs there, so none holds any KV in memory."""
-
-
-class RuntimeRejectedError(RuntimeClientError):
-    """The runtime refused the request (4xx): the message says why."""
-
-
-class RuntimeStreamError(RuntimeClientError):
-    """A stream the runtime ended with an error event (or that broke off)."""
 
 
 def _not_listening(exc: BaseException) -> bool:
@@ -217,7 +200,7 @@ class RuntimeClient:
                 if response.status_code >= 400:
                     response.read()
                     _raise_for(response)
-                yield from _events(response.iter_lines())
+                yield from read_events(response.iter_lines())
         except httpx.TransportError as exc:
             if not answered:
                 raise _unreachable(self.base_url, exc) from exc
@@ -232,11 +215,12 @@ class RuntimeClient:
                 self._seen_headers(response.headers)
                 if response.status >= 400:
                     _raise_status(response.status, await response.read())
-                reader = _EventReader()
-                async for line in response.content:
-                    if (event := reader.read(line.decode())) is not None:
+                reader = EventReader()
+                async for data in response.content.iter_any():  # all that has arrived
+                    for event in reader.feed(data):
                         yield event
-                reader.finish()
+                for event in reader.finish():
+                    yield event
         except (aiohttp.ClientError, TimeoutError) as exc:
             if not answered:
                 # No answer at all: a refused connection, or a pooled one to a runtime that has
@@ -297,49 +281,6 @@ class RuntimeClient:
     def stats(self, tenant: str | None = None) -> p.StatsResult:
         path = "/v1/stats" + (f"?{httpx.QueryParams({'tenant': tenant})}" if tenant else "")
         return p.StatsResult.model_validate_json(self._request("GET", path).content)
-
-
-def _event(line: str) -> p.GenerateEvent | None:
-    if not line.strip():
-        return None
-    body = json.loads(line)
-    if body.get("event") == "delta":  # one per token: the runtime is trusted, skip validation
-        logprobs = body.get("logprobs")
-        return p.GenerateEvent.model_construct(
-            event="delta",
-            token_ids=body["token_ids"],
-            text=body.get("text", ""),
-            logprobs=[[tuple(pair) for pair in step] for step in logprobs] if logprobs else None,
-        )
-    event = p.GenerateEvent.model_validate(body)
-    if event.event == "error":
-        raise RuntimeStreamError(event.message or "the generation failed", event.code or "error")
-    return event
-
-
-class _EventReader:
-    """NDJSON lines to events; a stream must end with ``done`` (an ``error`` line is raised)."""
-
-    def __init__(self) -> None:
-        self.done = False
-
-    def read(self, line: str) -> p.GenerateEvent | None:
-        event = _event(line)
-        if event is not None:
-            self.done = event.event != "delta"
-        return event
-
-    def finish(self) -> None:
-        if not self.done:
-            raise RuntimeStreamError("the runtime's stream ended early", "unreachable")
-
-
-def _events(lines: Iterator[str]) -> Iterator[p.GenerateEvent]:
-    reader = _EventReader()
-    for line in lines:
-        if (event := reader.read(line)) is not None:
-            yield event
-    reader.finish()
 
 
 __all__ = [

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from gpu_runtime.client import protocol as p
-from gpu_runtime.client.http import _event
+from gpu_runtime.client.events import parse_event
 from gpu_runtime.generation import Delta
 from gpu_runtime.server.routes import delta_line
 
@@ -27,7 +27,7 @@ def test_delta_lines_are_protocol_events(delta: Delta) -> None:
     line = delta_line(delta)
     assert line.endswith("\n") and "\n" not in line[:-1]
     model = p.GenerateEvent.model_validate(json.loads(line))  # what the schema says
-    read = _event(line)
+    read = parse_event(line)
     assert read is not None
     for event in (model, read):
         assert event.event == "delta" and event.text == delta.text
@@ -37,12 +37,12 @@ def test_delta_lines_are_protocol_events(delta: Delta) -> None:
 
 
 def test_error_lines_raise_and_done_lines_validate() -> None:
-    from gpu_runtime.client.http import RuntimeStreamError
+    from gpu_runtime.client.errors import RuntimeStreamError
 
     with pytest.raises(RuntimeStreamError, match="boom"):
-        _event('{"event":"error","code":"engine_dead","message":"boom"}')
+        parse_event('{"event":"error","code":"engine_dead","message":"boom"}')
     usage = {"prompt_tokens": 3, "completion_tokens": 1, "cached_tokens": 2,
              "injected_tokens": 2, "prefilled_tokens": 1}  # fmt: skip
-    done = _event(json.dumps({"event": "done", "finish_reason": "length", "usage": usage}))
+    done = parse_event(json.dumps({"event": "done", "finish_reason": "length", "usage": usage}))
     assert done is not None and done.usage is not None and done.usage.injected_tokens == 2
-    assert _event("   ") is None
+    assert parse_event("   ") is None
