@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,6 +37,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         resources.warm_up()
+        resources.engine.bind_loop(asyncio.get_running_loop())
         yield
         await resources.engine.aclose()  # the streaming sessions of this event loop
 

@@ -12,6 +12,7 @@ its next replica when that one cannot take it; purges go to every replica (``rep
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -72,6 +73,15 @@ class EngineClient:
         ]  # fmt: skip
         self.replicas = ReplicaSet(clients, probe_interval_s=settings.runtime_probe_interval_s)
         self._hints = ThreadPoolExecutor(max_workers=2, thread_name_prefix="inferscale-hints")
+        self._loop: asyncio.AbstractEventLoop | None = None  # the API's, while it serves
+        self._hints_in_flight: set[asyncio.Task[None]] = set()  # held: the loop keeps weak refs
+
+    def bind_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        """Send prefetch hints from ``loop`` (the API's, from start-up to shut-down; ``None``
+        unbinds): an aiohttp post there costs the API half the CPU of a blocking post from a
+        thread (0.44 against 0.99 ms a hint on the CPU box), and a hundred chats' hints no
+        longer queue behind two threads."""
+        self._loop = loop
 
     def _call(self, tenant: TenantId | None, fn: Callable[[RuntimeClient], T]) -> T:
         """``fn`` on the tenant's replica (``None``: any replica), failing over."""
@@ -91,6 +101,9 @@ class EngineClient:
         return [r.url for r in self.replicas.order(tenant.value)]
 
     async def aclose(self) -> None:
+        self._loop = None
+        if self._hints_in_flight:  # sent, or given up within aprefetch's 2 s
+            await asyncio.gather(*self._hints_in_flight, return_exceptions=True)
         await self.replicas.aclose()  # the streaming sessions of this event loop
 
     def model(self) -> p.ModelInfo:
@@ -202,7 +215,17 @@ class EngineClient:
         """A hint sent as soon as retrieval knows the facts, in the background: it overlaps
         composing and never delays or fails a request."""
         request = p.KeysRequest(tenant=tenant.value, keys=[p.key_model(k) for k in keys])
-        self._hints.submit(self._send_hint, request)
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(self._hint_on_loop, request)
+        else:  # no event loop (a worker, a script): a thread sends it
+            self._hints.submit(self._send_hint, request)
+
+    def _hint_on_loop(self, request: p.KeysRequest) -> None:
+        replica = self.replicas.home(request.tenant)
+        task = asyncio.ensure_future(replica.client.aprefetch(request))  # never raises
+        self._hints_in_flight.add(task)
+        task.add_done_callback(self._hints_in_flight.discard)
 
     def _send_hint(self, request: p.KeysRequest) -> None:
         replica = self.replicas.home(request.tenant)
