@@ -44,14 +44,21 @@ def main(argv: list[str] | None = None) -> int:
         help="concurrent warm-up chats per tenant and mode before the first cell (they reach "
         "every API process)",
     )  # fmt: skip
+    parser.add_argument(
+        "--pid-dir", type=Path,
+        help="where the services' NAME.pid files are (each leads its own session): each cell's "
+        "CPU is then split by service (bench/serve/host_cpu.py)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     import httpx
 
+    from bench.serve.host_cpu import CpuMeter, sessions_of
     from bench.serve.report import markdown, write
     from bench.serve.serve import ServeBench, to_rows
 
-    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup)
+    cpu = CpuMeter(sessions_of(args.pid_dir))
+    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu)
     bench.prepare(Path(args.conversation), tenants=args.tenants)
     cells = asyncio.run(
         bench.run(_ints(args.users), _ints(args.ks), args.modes.split(","), args.requests_per_user)
@@ -59,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.peer_url:
         from bench.serve.peer import PeerBench
 
-        peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens)
+        peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens, cpu)
         peer.prepare(bench.facts(), bench.questions)
         cells += asyncio.run(peer.run(_ints(args.users), _ints(args.ks), args.requests_per_user))
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()

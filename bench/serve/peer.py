@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.serve.host_cpu import CpuMeter
 from bench.serve.serve import Cell, Sample, _summary, http_client
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER
 
@@ -55,8 +56,11 @@ def messages_for(facts: list[str], question: str) -> list[dict[str, str]]:
 
 
 class PeerBench:
-    def __init__(self, server: str, model: str, max_tokens: int = 16) -> None:
+    def __init__(
+        self, server: str, model: str, max_tokens: int = 16, cpu: CpuMeter | None = None
+    ) -> None:
         self.server = server.rstrip("/")
+        self.cpu = cpu or CpuMeter()
         self.model = model
         self.max_tokens = max_tokens
         self.memory: Any = None
@@ -119,9 +123,11 @@ class PeerBench:
                     kind = f"{type(exc).__name__}: {str(exc)[:120]}"
                     cell.errors[kind] = cell.errors.get(kind, 0) + 1
 
+        self.cpu.start()
         started = time.perf_counter()
         await asyncio.gather(*(user(u) for u in range(n)))
         cell.seconds = time.perf_counter() - started
+        cell.cpu_cores = self.cpu.stop()
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
         print(
             f"peer  users={n:<3} k={k:<3} client TTFT p50 {ttft['median']:.1f} ms, "

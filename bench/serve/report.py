@@ -40,7 +40,32 @@ def markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {r['users']} | {r['k']} | {r['mode']} | {values} | {_where(r)} |")
     if peer:
         lines += _peer_tables(ours, peer)
+    lines += _cpu_table(result["cells"])
     return "\n".join(lines) + "\n"
+
+
+def _cpu_table(cells: list[dict[str, Any]]) -> list[str]:
+    """Cores each service kept busy during each cell (bench/serve/host_cpu.py), and text chunks
+    per chat (fewer than tokens when the runtime client merged a burst)."""
+    measured = [c for c in cells if c.get("cpu_cores")]
+    if not measured:
+        return []
+    groups = sorted({g for c in measured for g in c["cpu_cores"]} - {"host busy", "host"})
+    head = (
+        "| users | k | mode | " + " | ".join(groups) + " | host busy (of) | text chunks per chat |"
+    )
+    title = "Cores busy during each cell (the host's CPU by service, bench/serve/host_cpu.py):"
+    lines = ["", title, "", head, "|---|---|---|" + "---|" * (len(groups) + 2)]
+    for c in measured:
+        cores = c["cpu_cores"]
+        values = " | ".join(f"{cores.get(g, 0.0):.2f}" for g in groups)
+        chunks = (c.get("content_chunks_per_chat") or {}).get("median")
+        lines.append(
+            f"| {c['users']} | {c['k']} | {c['mode']} | {values} "
+            f"| {cores['host busy']:.2f} ({cores['host']:.0f}) "
+            f"| {'-' if chunks is None or c['mode'] == 'peer' else f'{chunks:.0f}'} |"
+        )
+    return lines
 
 
 def _where(row: dict[str, Any]) -> str:

@@ -27,6 +27,8 @@ from typing import Any
 
 import httpx
 
+from bench.serve.host_cpu import CpuMeter
+
 PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", "engine_ttft",
          "client_api_hops")  # fmt: skip
 
@@ -49,6 +51,7 @@ class Cell:
     errors: dict[str, int] = field(default_factory=dict)  # failure kind -> count
     seconds: float = 0.0
     health_ms: list[float] = field(default_factory=list)
+    cpu_cores: dict[str, float] = field(default_factory=dict)  # bench/serve/host_cpu.py
 
 
 def http_client() -> Any:
@@ -81,8 +84,12 @@ def _parts(extension: dict[str, Any], client_ttft: float) -> dict[str, float]:
 
 
 class ServeBench:
-    def __init__(self, api: str, admin_key: str, max_tokens: int = 16, warmup: int = 1) -> None:
+    def __init__(
+        self, api: str, admin_key: str, max_tokens: int = 16, warmup: int = 1,
+        cpu: CpuMeter | None = None,
+    ) -> None:  # fmt: skip
         self.api = api.rstrip("/")
+        self.cpu = cpu or CpuMeter()
         self.warmup = warmup  # concurrent warm-up chats per tenant and mode
         self.admin = {"Authorization": f"Bearer {admin_key}"}
         self.max_tokens = max_tokens
@@ -235,9 +242,11 @@ class ServeBench:
                     cell.errors[kind] = cell.errors.get(kind, 0) + 1
 
         prober = asyncio.ensure_future(health())
+        self.cpu.start()
         started = time.perf_counter()
         await asyncio.gather(*(user(u) for u in range(n)))
         cell.seconds = time.perf_counter() - started
+        cell.cpu_cores = self.cpu.stop()
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
@@ -265,5 +274,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "healthz_ms": _summary(c.health_ms),
             "query_embedded_on": dict(Counter(str(s.query_embedded_on) for s in c.samples)),
             "content_chunks_per_chat": _summary([float(s.content_chunks) for s in c.samples]),
+            "cpu_cores": c.cpu_cores,
         })  # fmt: skip
     return rows

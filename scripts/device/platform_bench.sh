@@ -37,10 +37,11 @@
 # streams text through both stacks); the platform (Postgres, Redis, migrations, the runtime, the
 # API with 4 workers, a Celery worker and beat) and vLLM's own OpenAI server beside it (0.42 of
 # the GPU each; requests alternate, they never run at once); then `inferscale bench serve` at
-# 1 user (20 requests a cell) and 100 users (3 each), k = 0, 20, 50, 100, hybrid/kv/prompt and
+# 1 user (20 requests a cell) and 100 users (PER_USER each, 5), k = 0, 20, 50, 100, hybrid/kv/prompt and
 # the peer; then the runtime's own encode rate. Results under $OUT. A subset: KS=50 MODES=kv,hybrid
 # ENCODE=0 (the runtime's encode rate skipped); SERVE_USERS=1 or 100 (one of the two runs);
-# API_WORKERS=N API processes (4: run 4 found the API the bound at 100 users).
+# API_WORKERS=N API processes (4: run 4 found the API the bound at 100 users). Each cell also
+# says which service kept the host's CPUs busy (--pid-dir: the daemons' pid files).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 # shellcheck disable=SC1091
@@ -49,7 +50,8 @@ model=/opt/platform/models/llama-3.1-8b-smolvocab
 res=/opt/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
 mkdir -p "$res"
 bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,100}"
-       --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer)
+       --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer
+       --pid-dir /opt/platform)  # each cell's CPU split by service (bench/serve/host_cpu.py)
 case ${1:-} in
   serve)
     bash scripts/device/platform.sh up "$model" "${API_WORKERS:-4}" || exit 1
@@ -62,7 +64,7 @@ case ${1:-} in
       "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
     fi
     if [[ ",${SERVE_USERS:-1,100}," == *",100,"* ]]; then
-      "${bench[@]}" --users 100 --requests-per-user 3 --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+      "${bench[@]}" --users 100 --requests-per-user "${PER_USER:-5}" --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
     fi
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3

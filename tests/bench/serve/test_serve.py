@@ -34,6 +34,9 @@ def test_serve_bench_measures_ttft_parts_and_health(
         assert r["client_ttft_ms"]["median"] >= parts["engine_ttft"]  # the runtime's is a part
         assert r["k"] == 0 or parts["search"] > 0
         assert r["healthz_ms"]["n"] > 0  # /healthz was probed while the cell ran
+        assert 1 <= r["content_chunks_per_chat"]["median"] <= 4  # 4 tokens, merged or not
+        cores = r["cpu_cores"]  # the client at least worked; no process is busier than the host
+        assert cores["bench client"] > 0 and cores["host busy"] <= cores["host"]
         where = r["query_embedded_on"]  # k=0 searches nothing; else each query says where
         assert (
             where == {"None": r["users"]}
@@ -43,3 +46,4 @@ def test_serve_bench_measures_ttft_parts_and_health(
     paths = write({"model": "m", "device": "cpu", "cells": rows}, tmp_path / "out")
     assert {p.name for p in paths} >= {"serve.json", "serve.md"}
     assert "API adds" in (tmp_path / "out" / "serve.md").read_text()
+    assert "Cores busy during each cell" in (tmp_path / "out" / "serve.md").read_text()

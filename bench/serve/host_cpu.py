@@ -1,0 +1,101 @@
+"""Which processes kept the host's CPUs busy during a benchmark cell, in cores.
+
+At 100 users every part of a chat that runs on the host queued (run 9 on the H200), but not
+which process was the bound: the API's workers, the runtime's, Postgres, or the benchmark's own
+client (one Python process driving every user's OpenAI SDK stream, and the peer's Mem0 search).
+``CpuMeter`` reads ``/proc`` before and after a cell: each process's user + system time, grouped
+by the session it runs in (the device scripts start every service with ``setsid`` and write its
+pid to ``<name>.pid``, so a service's children count as its own), and the host's busy time from
+``/proc/stat``. Processes that start and end inside the cell are not seen (none do here).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+CLIENT = "bench client"
+
+
+def sessions_of(pid_dir: Path | None) -> dict[int, str]:
+    """Session id -> service name, from ``pid_dir``'s ``NAME.pid`` files (a daemon started with
+    ``setsid`` leads its own session, whose id is its pid)."""
+    if pid_dir is None or not pid_dir.is_dir():
+        return {}
+    found = {}
+    for pidfile in pid_dir.glob("*.pid"):
+        try:
+            found[int(pidfile.read_text().split()[0])] = pidfile.stem
+        except (ValueError, IndexError, OSError):
+            continue
+    return found
+
+
+def _group(pid: int, comm: str, session: int, sessions: dict[int, str]) -> str:
+    if pid == os.getpid():
+        return CLIENT
+    if session in sessions:
+        return sessions[session]
+    if comm.startswith("postgres"):
+        return "postgres"
+    if comm.startswith("redis"):
+        return "redis"
+    return "other"
+
+
+def cpu_by_group(sessions: dict[int, str]) -> dict[str, float]:
+    """CPU seconds (user + system, since each process started) per group, for live processes."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: dict[str, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended between listing and reading
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        fields = raw.rsplit(")", 1)[1].split()
+        # after the name: state ppid pgrp session ... utime (12th) stime (13th)
+        group = _group(int(entry.name), comm, int(fields[3]), sessions)
+        totals[group] = totals.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
+    return totals
+
+
+def host_busy_seconds() -> tuple[float, float]:
+    """(busy, all) CPU seconds of the whole host since boot, summed over its cores."""
+    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    total = sum(values[:8])  # user nice system idle iowait irq softirq steal (guest is in user)
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (total - idle) / ticks, total / ticks
+
+
+@dataclass
+class CpuMeter:
+    """``start()`` before a cell, ``stop()`` after it: cores each group kept busy meanwhile."""
+
+    sessions: dict[int, str] = field(default_factory=dict)
+    _start: tuple[float, dict[str, float], tuple[float, float]] | None = None
+
+    def start(self) -> None:
+        self._start = (time.perf_counter(), cpu_by_group(self.sessions), host_busy_seconds())
+
+    def stop(self) -> dict[str, float]:
+        """Cores busy on average over the cell, per group, plus ``host busy`` and ``host``
+        (how many cores the host has)."""
+        assert self._start is not None, "start() first"
+        wall0, groups0, (busy0, all0) = self._start
+        groups1, (busy1, all1) = cpu_by_group(self.sessions), host_busy_seconds()
+        wall = time.perf_counter() - wall0
+        cores = {
+            name: round(max(0.0, seconds - groups0.get(name, 0.0)) / wall, 3)
+            for name, seconds in sorted(groups1.items())
+        }
+        host = float(os.cpu_count() or 0)
+        # the share of every core's ticks that were busy (ticks, not wall time: never > host)
+        cores["host busy"] = round(host * (busy1 - busy0) / max(all1 - all0, 1e-9), 3)
+        cores["host"] = host
+        return cores
