@@ -134,7 +134,7 @@ runtime() {  # runtime MODEL_DIR: dummy weights for a shape (config.json only), 
   if [ -f "$model/model.safetensors" ]; then format=auto; tokenizer=$model; fi
   INFERSCALE_MODEL_PATH=$model INFERSCALE_TOKENIZER_PATH=$tokenizer INFERSCALE_LOAD_FORMAT=$format \
     INFERSCALE_GPU_MEMORY_UTILIZATION=${RUNTIME_GPU_SHARE:-0.42} \
-    INFERSCALE_GPU_POOL_BYTES=$((8 << 30)) INFERSCALE_HOST_POOL_BYTES=$((16 << 30)) \
+    INFERSCALE_GPU_POOL_BYTES=$((${GPU_POOL_GIB:-8} << 30)) INFERSCALE_HOST_POOL_BYTES=$((16 << 30)) \
     daemon runtime python3 -m gpu_runtime serve --host 127.0.0.1 --port 8100
   wait_http http://127.0.0.1:8100/readyz 600 runtime
   echo "$model" >"$BASE/runtime.model"
