@@ -45,10 +45,10 @@ def _group(pid: int, comm: str, session: int, sessions: dict[int, str]) -> str:
     return "other"
 
 
-def cpu_by_group(sessions: dict[int, str]) -> dict[str, float]:
-    """CPU seconds (user + system, since each process started) per group, for live processes."""
+def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, float]]:
+    """pid -> (group, CPU seconds: user + system since it started), for live processes."""
     ticks = os.sysconf("SC_CLK_TCK")
-    totals: dict[str, float] = {}
+    found: dict[int, tuple[str, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -60,8 +60,8 @@ def cpu_by_group(sessions: dict[int, str]) -> dict[str, float]:
         fields = raw.rsplit(")", 1)[1].split()
         # after the name: state ppid pgrp session ... utime (12th) stime (13th)
         group = _group(int(entry.name), comm, int(fields[3]), sessions)
-        totals[group] = totals.get(group, 0.0) + (int(fields[11]) + int(fields[12])) / ticks
-    return totals
+        found[int(entry.name)] = (group, (int(fields[11]) + int(fields[12])) / ticks)
+    return found
 
 
 def host_busy_seconds() -> tuple[float, float]:
@@ -75,25 +75,31 @@ def host_busy_seconds() -> tuple[float, float]:
 
 @dataclass
 class CpuMeter:
-    """``start()`` before a cell, ``stop()`` after it: cores each group kept busy meanwhile."""
+    """``start()`` before a cell, ``stop()`` after it: cores each group kept busy meanwhile, and
+    its busiest single process (a Python process near 1.0 is bound by its GIL)."""
 
     sessions: dict[int, str] = field(default_factory=dict)
-    _start: tuple[float, dict[str, float], tuple[float, float]] | None = None
+    busiest: dict[str, float] = field(default_factory=dict)  # the last cell's, per group
+    _start: tuple[float, dict[int, tuple[str, float]], tuple[float, float]] | None = None
 
     def start(self) -> None:
-        self._start = (time.perf_counter(), cpu_by_group(self.sessions), host_busy_seconds())
+        self._start = (time.perf_counter(), cpu_by_process(self.sessions), host_busy_seconds())
 
     def stop(self) -> dict[str, float]:
         """Cores busy on average over the cell, per group, plus ``host busy`` and ``host``
-        (how many cores the host has)."""
+        (how many cores the host has); ``busiest`` then holds each group's busiest process."""
         assert self._start is not None, "start() first"
-        wall0, groups0, (busy0, all0) = self._start
-        groups1, (busy1, all1) = cpu_by_group(self.sessions), host_busy_seconds()
+        wall0, before, (busy0, all0) = self._start
+        after, (busy1, all1) = cpu_by_process(self.sessions), host_busy_seconds()
         wall = time.perf_counter() - wall0
-        cores = {
-            name: round(max(0.0, seconds - groups0.get(name, 0.0)) / wall, 3)
-            for name, seconds in sorted(groups1.items())
-        }
+        cores: dict[str, float] = {}
+        self.busiest = {}
+        for pid, (group, seconds) in after.items():
+            used = max(0.0, seconds - before.get(pid, (group, 0.0))[1]) / wall
+            cores[group] = cores.get(group, 0.0) + used
+            self.busiest[group] = max(self.busiest.get(group, 0.0), used)
+        cores = {name: round(value, 3) for name, value in sorted(cores.items())}
+        self.busiest = {name: round(value, 3) for name, value in sorted(self.busiest.items())}
         host = float(os.cpu_count() or 0)
         # the share of every core's ticks that were busy (ticks, not wall time: never > host)
         cores["host busy"] = round(host * (busy1 - busy0) / max(all1 - all0, 1e-9), 3)

@@ -128,6 +128,7 @@ class PeerBench:
         await asyncio.gather(*(user(u) for u in range(n)))
         cell.seconds = time.perf_counter() - started
         cell.cpu_cores = self.cpu.stop()
+        cell.busiest_process = self.cpu.busiest
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
         print(
             f"peer  users={n:<3} k={k:<3} client TTFT p50 {ttft['median']:.1f} ms, "

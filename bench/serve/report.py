@@ -45,8 +45,8 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def _cpu_table(cells: list[dict[str, Any]]) -> list[str]:
-    """Cores each service kept busy during each cell (bench/serve/host_cpu.py), and text chunks
-    per chat (fewer than tokens when the runtime client merged a burst)."""
+    """Cores each service kept busy during each cell (bench/serve/host_cpu.py), its busiest
+    process's in brackets, and text chunks per chat (fewer than tokens when bursts merged)."""
     measured = [c for c in cells if c.get("cpu_cores")]
     if not measured:
         return []
@@ -54,11 +54,14 @@ def _cpu_table(cells: list[dict[str, Any]]) -> list[str]:
     head = (
         "| users | k | mode | " + " | ".join(groups) + " | host busy (of) | text chunks per chat |"
     )
-    title = "Cores busy during each cell (the host's CPU by service, bench/serve/host_cpu.py):"
+    title = (
+        "Cores busy during each cell, by service (its busiest process in brackets; "
+        "bench/serve/host_cpu.py):"
+    )
     lines = ["", title, "", head, "|---|---|---|" + "---|" * (len(groups) + 2)]
     for c in measured:
-        cores = c["cpu_cores"]
-        values = " | ".join(f"{cores.get(g, 0.0):.2f}" for g in groups)
+        cores, busiest = c["cpu_cores"], c.get("busiest_process_cores") or {}
+        values = " | ".join(f"{cores.get(g, 0.0):.2f} ({busiest.get(g, 0.0):.2f})" for g in groups)
         chunks = (c.get("content_chunks_per_chat") or {}).get("median")
         lines.append(
             f"| {c['users']} | {c['k']} | {c['mode']} | {values} "

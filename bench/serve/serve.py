@@ -52,6 +52,7 @@ class Cell:
     seconds: float = 0.0
     health_ms: list[float] = field(default_factory=list)
     cpu_cores: dict[str, float] = field(default_factory=dict)  # bench/serve/host_cpu.py
+    busiest_process: dict[str, float] = field(default_factory=dict)  # cores, per group
 
 
 def http_client() -> Any:
@@ -247,6 +248,7 @@ class ServeBench:
         await asyncio.gather(*(user(u) for u in range(n)))
         cell.seconds = time.perf_counter() - started
         cell.cpu_cores = self.cpu.stop()
+        cell.busiest_process = self.cpu.busiest
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
@@ -275,5 +277,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "query_embedded_on": dict(Counter(str(s.query_embedded_on) for s in c.samples)),
             "content_chunks_per_chat": _summary([float(s.content_chunks) for s in c.samples]),
             "cpu_cores": c.cpu_cores,
+            "busiest_process_cores": c.busiest_process,
         })  # fmt: skip
     return rows
