@@ -45,10 +45,10 @@ def _group(pid: int, comm: str, session: int, sessions: dict[int, str]) -> str:
     return "other"
 
 
-def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, float]]:
-    """pid -> (group, CPU seconds: user + system since it started), for live processes."""
+def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, str, float]]:
+    """pid -> (group, its name, CPU seconds: user + system since it started), for live ones."""
     ticks = os.sysconf("SC_CLK_TCK")
-    found: dict[int, tuple[str, float]] = {}
+    found: dict[int, tuple[str, str, float]] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
@@ -60,7 +60,7 @@ def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, float]]:
         fields = raw.rsplit(")", 1)[1].split()
         # after the name: state ppid pgrp session ... utime (12th) stime (13th)
         group = _group(int(entry.name), comm, int(fields[3]), sessions)
-        found[int(entry.name)] = (group, (int(fields[11]) + int(fields[12])) / ticks)
+        found[int(entry.name)] = (group, comm, (int(fields[11]) + int(fields[12])) / ticks)
     return found
 
 
@@ -80,7 +80,8 @@ class CpuMeter:
 
     sessions: dict[int, str] = field(default_factory=dict)
     busiest: dict[str, float] = field(default_factory=dict)  # the last cell's, per group
-    _start: tuple[float, dict[int, tuple[str, float]], tuple[float, float]] | None = None
+    busiest_name: dict[str, str] = field(default_factory=dict)  # its name (/proc/PID/comm)
+    _start: tuple[float, dict[int, tuple[str, str, float]], tuple[float, float]] | None = None
 
     def start(self) -> None:
         self._start = (time.perf_counter(), cpu_by_process(self.sessions), host_busy_seconds())
@@ -93,11 +94,12 @@ class CpuMeter:
         after, (busy1, all1) = cpu_by_process(self.sessions), host_busy_seconds()
         wall = time.perf_counter() - wall0
         cores: dict[str, float] = {}
-        self.busiest = {}
-        for pid, (group, seconds) in after.items():
-            used = max(0.0, seconds - before.get(pid, (group, 0.0))[1]) / wall
+        self.busiest, self.busiest_name = {}, {}
+        for pid, (group, name, seconds) in after.items():
+            used = max(0.0, seconds - before.get(pid, (group, name, 0.0))[2]) / wall
             cores[group] = cores.get(group, 0.0) + used
-            self.busiest[group] = max(self.busiest.get(group, 0.0), used)
+            if used >= self.busiest.get(group, 0.0):
+                self.busiest[group], self.busiest_name[group] = used, name
         cores = {name: round(value, 3) for name, value in sorted(cores.items())}
         self.busiest = {name: round(value, 3) for name, value in sorted(self.busiest.items())}
         host = float(os.cpu_count() or 0)

@@ -129,6 +129,7 @@ class PeerBench:
         cell.seconds = time.perf_counter() - started
         cell.cpu_cores = self.cpu.stop()
         cell.busiest_process = self.cpu.busiest
+        cell.busiest_name = self.cpu.busiest_name
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
         print(
             f"peer  users={n:<3} k={k:<3} client TTFT p50 {ttft['median']:.1f} ms, "

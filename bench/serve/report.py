@@ -55,13 +55,19 @@ def _cpu_table(cells: list[dict[str, Any]]) -> list[str]:
         "| users | k | mode | " + " | ".join(groups) + " | host busy (of) | text chunks per chat |"
     )
     title = (
-        "Cores busy during each cell, by service (its busiest process in brackets; "
+        "Cores busy during each cell, by service (its busiest process and its name in brackets; "
         "bench/serve/host_cpu.py):"
     )
     lines = ["", title, "", head, "|---|---|---|" + "---|" * (len(groups) + 2)]
     for c in measured:
         cores, busiest = c["cpu_cores"], c.get("busiest_process_cores") or {}
-        values = " | ".join(f"{cores.get(g, 0.0):.2f} ({busiest.get(g, 0.0):.2f})" for g in groups)
+        names = c.get("busiest_process_name") or {}
+        values = " | ".join(
+            f"{cores.get(g, 0.0):.2f} ({busiest.get(g, 0.0):.2f} {names.get(g, '')})".replace(
+                " )", ")"
+            )
+            for g in groups
+        )
         chunks = (c.get("content_chunks_per_chat") or {}).get("median")
         lines.append(
             f"| {c['users']} | {c['k']} | {c['mode']} | {values} "

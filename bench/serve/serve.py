@@ -53,6 +53,7 @@ class Cell:
     health_ms: list[float] = field(default_factory=list)
     cpu_cores: dict[str, float] = field(default_factory=dict)  # bench/serve/host_cpu.py
     busiest_process: dict[str, float] = field(default_factory=dict)  # cores, per group
+    busiest_name: dict[str, str] = field(default_factory=dict)  # that process's name
 
 
 def http_client() -> Any:
@@ -249,6 +250,7 @@ class ServeBench:
         cell.seconds = time.perf_counter() - started
         cell.cpu_cores = self.cpu.stop()
         cell.busiest_process = self.cpu.busiest
+        cell.busiest_name = self.cpu.busiest_name
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
@@ -278,5 +280,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "content_chunks_per_chat": _summary([float(s.content_chunks) for s in c.samples]),
             "cpu_cores": c.cpu_cores,
             "busiest_process_cores": c.busiest_process,
+            "busiest_process_name": c.busiest_name,
         })  # fmt: skip
     return rows

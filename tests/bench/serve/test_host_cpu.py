@@ -44,6 +44,7 @@ def test_a_spinning_service_is_counted_under_its_name_and_an_idle_one_is_not(
     assert cores.get(CLIENT, 0.0) < 0.2  # this process only slept
     assert cores["spinner"] <= cores["host busy"] + 0.1 <= cores["host"] + 0.1
     assert meter.busiest["spinner"] == cores["spinner"]  # one process: the group's busiest
+    assert meter.busiest_name["spinner"].startswith("python")
 
 
 def test_pid_files_that_do_not_parse_are_skipped(tmp_path: Path) -> None:
