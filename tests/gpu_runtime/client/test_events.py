@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -18,6 +17,7 @@ from gpu_runtime.client.events import EventReader
 from gpu_runtime.client.http import RuntimeClient
 from gpu_runtime.generation import Delta
 from gpu_runtime.server.routes import delta_line
+from tests.gpu_runtime.client.raw_peer import raw_peer
 
 pytestmark = pytest.mark.unit
 
@@ -86,27 +86,14 @@ def test_an_error_line_raises_even_after_deltas_in_the_same_burst() -> None:
 def bursting_peer() -> Iterator[str]:
     """A runtime stand-in that answers a generate call with the whole stream in one write, as
     a busy runtime's lines pile up in the API's socket buffer."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
 
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            conn.recv(65536)
-            head = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n"
-            conn.sendall(head + f"content-length: {len(STREAM)}\r\n\r\n".encode() + STREAM)
-            conn.close()
+    def answer(conn: socket.socket) -> None:
+        head = b"HTTP/1.1 200 OK\r\ncontent-type: application/x-ndjson\r\n"
+        conn.sendall(head + f"content-length: {len(STREAM)}\r\n\r\n".encode() + STREAM)
+        conn.close()
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}"
-    stop.set()
-    thread.join(5)
-    server.close()
+    with raw_peer(answer) as url:
+        yield url
 
 
 def test_the_async_client_hands_a_buffered_burst_over_at_once(bursting_peer: str) -> None:

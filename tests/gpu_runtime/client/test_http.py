@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 
 import pytest
 
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.http import RuntimeClient, RuntimeStreamError, RuntimeUnavailableError
+from tests.gpu_runtime.client.raw_peer import raw_peer
 
 pytestmark = pytest.mark.unit
 
@@ -34,27 +34,14 @@ def _reset(conn: socket.socket) -> None:
 def dying_peer(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
     """A server that reads the request, then resets the connection before answering, or after
     the headers and one line of the stream."""
-    server = socket.create_server(("127.0.0.1", 0))
-    stop = threading.Event()
 
-    def serve() -> None:
-        server.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                conn, _ = server.accept()
-            except TimeoutError:
-                continue
-            conn.recv(65536)
-            if request.param == "after":
-                conn.sendall(HEAD + f"{len(LINE):x}\r\n".encode() + LINE + b"\r\n")
-            _reset(conn)
+    def answer(conn: socket.socket) -> None:
+        if request.param == "after":
+            conn.sendall(HEAD + f"{len(LINE):x}\r\n".encode() + LINE + b"\r\n")
+        _reset(conn)
 
-    thread = threading.Thread(target=serve, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.getsockname()[1]}", request.param
-    stop.set()
-    thread.join(5)
-    server.close()
+    with raw_peer(answer) as url:
+        yield url, request.param
 
 
 def test_a_peer_that_dies_before_answering_is_unavailable_after_it_a_broken_stream(
