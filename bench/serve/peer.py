@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.serve.host_cpu import CpuMeter
+from bench.serve.loop_lag import LoopLag
 from bench.serve.serve import Cell, Sample, _summary, http_client
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER
 
@@ -125,8 +126,10 @@ class PeerBench:
 
         self.cpu.start()
         started = time.perf_counter()
-        await asyncio.gather(*(user(u) for u in range(n)))
+        async with LoopLag() as lag:
+            await asyncio.gather(*(user(u) for u in range(n)))
         cell.seconds = time.perf_counter() - started
+        cell.loop_lag_ms = lag.ms
         cell.cpu_cores = self.cpu.stop()
         cell.busiest_process = self.cpu.busiest
         cell.busiest_name = self.cpu.busiest_name

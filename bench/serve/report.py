@@ -46,35 +46,41 @@ def markdown(result: dict[str, Any]) -> str:
 
 def _cpu_table(cells: list[dict[str, Any]]) -> list[str]:
     """Cores each service kept busy during each cell (bench/serve/host_cpu.py), its busiest
-    process's in brackets, and text chunks per chat (fewer than tokens when bursts merged)."""
+    process's in brackets, text chunks per chat (fewer than tokens when bursts merged) and how
+    late the bench client's own event loop ran (bench/serve/loop_lag.py)."""
     measured = [c for c in cells if c.get("cpu_cores")]
     if not measured:
         return []
     groups = sorted({g for c in measured for g in c["cpu_cores"]} - {"host busy", "host"})
-    head = (
-        "| users | k | mode | " + " | ".join(groups) + " | host busy (of) | text chunks per chat |"
-    )
-    title = (
-        "Cores busy during each cell, by service (its busiest process and its name in brackets; "
-        "bench/serve/host_cpu.py):"
-    )
-    lines = ["", title, "", head, "|---|---|---|" + "---|" * (len(groups) + 2)]
+    title = ("Cores busy during each cell, by service (its busiest process and its name in "
+             "brackets; bench/serve/host_cpu.py):")  # fmt: skip
+    head = (f"| users | k | mode | {' | '.join(groups)} | host busy (of) | text chunks per chat "
+            "| client loop lag p50 (p95) ms |")  # fmt: skip
+    lines = ["", title, "", head, "|---|---|---|" + "---|" * (len(groups) + 3)]
     for c in measured:
-        cores, busiest = c["cpu_cores"], c.get("busiest_process_cores") or {}
-        names = c.get("busiest_process_name") or {}
-        values = " | ".join(
-            f"{cores.get(g, 0.0):.2f} ({busiest.get(g, 0.0):.2f} {names.get(g, '')})".replace(
-                " )", ")"
-            )
-            for g in groups
-        )
+        cores = c["cpu_cores"]
+        values = " | ".join(_service(c, g) for g in groups)
         chunks = (c.get("content_chunks_per_chat") or {}).get("median")
         lines.append(
             f"| {c['users']} | {c['k']} | {c['mode']} | {values} "
             f"| {cores['host busy']:.2f} ({cores['host']:.0f}) "
-            f"| {'-' if chunks is None or c['mode'] == 'peer' else f'{chunks:.0f}'} |"
+            f"| {'-' if chunks is None or c['mode'] == 'peer' else f'{chunks:.0f}'} "
+            f"| {_lag(c)} |"
         )
     return lines
+
+
+def _service(cell: dict[str, Any], group: str) -> str:
+    """e.g. "1.62 (0.84 VLLM::EngineCor)": the group's cores, its busiest process's and name."""
+    busiest = (cell.get("busiest_process_cores") or {}).get(group, 0.0)
+    name = (cell.get("busiest_process_name") or {}).get(group)
+    inner = f"{busiest:.2f} {name}" if name else f"{busiest:.2f}"
+    return f"{cell['cpu_cores'].get(group, 0.0):.2f} ({inner})"
+
+
+def _lag(cell: dict[str, Any]) -> str:
+    lag = cell.get("client_loop_lag_ms") or {}
+    return f"{lag['median']:.1f} ({lag['p95']:.1f})" if lag.get("n") else "-"
 
 
 def _where(row: dict[str, Any]) -> str:

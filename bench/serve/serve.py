@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 
 from bench.serve.host_cpu import CpuMeter
+from bench.serve.loop_lag import LoopLag
 
 PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", "engine_ttft",
          "client_api_hops")  # fmt: skip
@@ -54,6 +55,7 @@ class Cell:
     cpu_cores: dict[str, float] = field(default_factory=dict)  # bench/serve/host_cpu.py
     busiest_process: dict[str, float] = field(default_factory=dict)  # cores, per group
     busiest_name: dict[str, str] = field(default_factory=dict)  # that process's name
+    loop_lag_ms: list[float] = field(default_factory=list)  # the client's (bench/serve/loop_lag.py)
 
 
 def http_client() -> Any:
@@ -246,8 +248,10 @@ class ServeBench:
         prober = asyncio.ensure_future(health())
         self.cpu.start()
         started = time.perf_counter()
-        await asyncio.gather(*(user(u) for u in range(n)))
+        async with LoopLag() as lag:
+            await asyncio.gather(*(user(u) for u in range(n)))
         cell.seconds = time.perf_counter() - started
+        cell.loop_lag_ms = lag.ms
         cell.cpu_cores = self.cpu.stop()
         cell.busiest_process = self.cpu.busiest
         cell.busiest_name = self.cpu.busiest_name
@@ -281,5 +285,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "cpu_cores": c.cpu_cores,
             "busiest_process_cores": c.busiest_process,
             "busiest_process_name": c.busiest_name,
+            "client_loop_lag_ms": _summary(c.loop_lag_ms),
         })  # fmt: skip
     return rows

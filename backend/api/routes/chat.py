@@ -21,6 +21,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from backend.api import openai_compat
+from backend.api.chat_stream import ChatStream, choice
 from backend.api.deps import AdmissionDep, ResourcesDep
 from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT, TENANT_TOKENS
 from backend.api.middleware import ARRIVED
@@ -29,7 +30,6 @@ from backend.api.schemas.common import AUTHED, error_responses
 from backend.db.session import commit, read_session_factory
 from backend.errors import AppError
 from backend.resources import Resources
-from backend.runtime.client import EngineClient
 from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode, log_request
 from backend.services.rate_limits import Admission
 from gpu_runtime.client import protocol as p
@@ -106,7 +106,7 @@ async def chat_completions(
     created = int(time.time())
     events = run.stream()
     first = await anext(events)  # errors before the first token are HTTP errors
-    stream = _Stream(completion_id, created, model, body)
+    stream = ChatStream(completion_id, created, model, body)
     if body.stream:
         return StreamingResponse(
             _sse(run, first, events, tenant, stream, admission), media_type="text/event-stream"
@@ -134,34 +134,12 @@ async def chat_completions(
     )
 
 
-class _Stream:
-    """What every chunk of one completion repeats, and its OpenAI options."""
-
-    def __init__(self, cid: str, created: int, model: str, body: ChatCompletionRequest) -> None:
-        self.id, self.created, self.model = cid, created, model
-        self.want_logprobs, self.top = body.logprobs, body.top_logprobs or 0
-        self.usage_chunk = body.stream_options is not None and body.stream_options.include_usage
-
-    def logprobs(self, engine: EngineClient, events: list[p.GenerateEvent]) -> Any:
-        if not self.want_logprobs:
-            return None
-        ids = [t for e in events for t in e.token_ids]
-        steps = [step for e in events for step in (e.logprobs or [])]
-        content = openai_compat.logprobs_content(engine, ids, steps, self.top)
-        return {"content": content, "refusal": None}
-
-    def chunk(self, choices: list[dict[str, Any]], **extra: Any) -> str:
-        body = {"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": choices, **extra}  # fmt: skip
-        return f"data: {json.dumps(body)}\n\n"
-
-
 async def _sse(
     run: ChatRun,
     first: p.GenerateEvent,
     rest: AsyncIterator[p.GenerateEvent],
     tenant: TenantId,
-    stream: _Stream,
+    stream: ChatStream,
     admission: Admission,
 ) -> AsyncIterator[str]:
     """One write per event the runtime client hands over (a burst of tokens when the API lags
@@ -169,16 +147,16 @@ async def _sse(
     largest CPU cost at 100 streams. The role chunk rides with the first token, the finish and
     usage chunks and ``[DONE]`` with the last; the SSE events are the same as one per write."""
 
-    def choice(delta: dict[str, Any], finish: str | None, logprobs: Any = None) -> dict[str, Any]:
-        return {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": logprobs}
-
     parts = [stream.chunk([choice({"role": "assistant", "content": ""}, None)])]
     event: p.GenerateEvent | None = first
     try:
         while event is not None:
             if event.text or (stream.want_logprobs and event.token_ids):
                 logprobs = stream.logprobs(run.engine, [event])
-                parts.append(stream.chunk([choice({"content": event.text}, None, logprobs)]))
+                if logprobs is None:  # the common case, from a template
+                    parts.append(stream.content_chunk(event.text))
+                else:
+                    parts.append(stream.chunk([choice({"content": event.text}, None, logprobs)]))
             if event.event == "done":
                 extra: dict[str, Any] = {"inferscale": inferscale_extension(run)}
                 if not stream.usage_chunk:

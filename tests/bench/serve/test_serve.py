@@ -37,6 +37,7 @@ def test_serve_bench_measures_ttft_parts_and_health(
         assert 1 <= r["content_chunks_per_chat"]["median"] <= 4  # 4 tokens, merged or not
         cores = r["cpu_cores"]  # the client at least worked; no process is busier than the host
         assert cores["bench client"] > 0 and cores["host busy"] <= cores["host"]
+        assert r["client_loop_lag_ms"]["n"] > 0  # the client's loop was probed too
         where = r["query_embedded_on"]  # k=0 searches nothing; else each query says where
         assert (
             where == {"None": r["users"]}
