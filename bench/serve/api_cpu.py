@@ -17,26 +17,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.serve.host_cpu import proc_stat
 from bench.serve.serve import PARTS, ServeBench, http_client
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU of ``pid`` and its live descendants (uvicorn's workers)."""
-    pids = [pid, *_children(pid)]
-    total = 0.0
-    for p in pids:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-        except FileNotFoundError:
-            continue  # gone between listing and reading
-        total += sum(int(f) for f in fields[11:13])  # utime, stime (clock ticks)
-    return total / os.sysconf("SC_CLK_TCK")
+    stats = [proc_stat(p) for p in (pid, *_children(pid))]
+    return sum(stat.cpu_s for stat in stats if stat is not None)
 
 
 def _children(pid: int) -> list[int]:

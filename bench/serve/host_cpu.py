@@ -45,22 +45,34 @@ def _group(pid: int, comm: str, session: int, sessions: dict[int, str]) -> str:
     return "other"
 
 
+@dataclass(frozen=True)
+class ProcStat:
+    """What ``/proc/<pid>/stat`` says of one process."""
+
+    name: str  # its comm (15 characters at most)
+    session: int
+    cpu_s: float  # user + system since it started
+
+
+def proc_stat(pid: int | str) -> ProcStat | None:
+    """``None`` when the process has ended (between listing and reading)."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = raw.rsplit(")", 1)[1].split()  # after the name: state ppid pgrp session ...
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime
+    name = raw[raw.index("(") + 1 : raw.rindex(")")]
+    return ProcStat(name, int(fields[3]), ticks / os.sysconf("SC_CLK_TCK"))
+
+
 def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, str, float]]:
     """pid -> (group, its name, CPU seconds: user + system since it started), for live ones."""
-    ticks = os.sysconf("SC_CLK_TCK")
     found: dict[int, tuple[str, str, float]] = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            raw = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended between listing and reading
-        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
-        fields = raw.rsplit(")", 1)[1].split()
-        # after the name: state ppid pgrp session ... utime (12th) stime (13th)
-        group = _group(int(entry.name), comm, int(fields[3]), sessions)
-        found[int(entry.name)] = (group, comm, (int(fields[11]) + int(fields[12])) / ticks)
+        if entry.name.isdigit() and (stat := proc_stat(entry.name)) is not None:
+            group = _group(int(entry.name), stat.name, stat.session, sessions)
+            found[int(entry.name)] = (group, stat.name, stat.cpu_s)
     return found
 
 

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.serve.host_cpu import CpuMeter
-from bench.serve.loop_lag import LoopLag
-from bench.serve.serve import Cell, Sample, _summary, http_client
+from bench.serve.serve import Cell, Sample, _summary, http_client, measure_cell
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER
 
 PEER_PARTS = ("search", "compose", "server")
@@ -124,15 +123,7 @@ class PeerBench:
                     kind = f"{type(exc).__name__}: {str(exc)[:120]}"
                     cell.errors[kind] = cell.errors.get(kind, 0) + 1
 
-        self.cpu.start()
-        started = time.perf_counter()
-        async with LoopLag() as lag:
-            await asyncio.gather(*(user(u) for u in range(n)))
-        cell.seconds = time.perf_counter() - started
-        cell.loop_lag_ms = lag.ms
-        cell.cpu_cores = self.cpu.stop()
-        cell.busiest_process = self.cpu.busiest
-        cell.busiest_name = self.cpu.busiest_name
+        await measure_cell(cell, self.cpu, [user(u) for u in range(n)])
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
         print(
             f"peer  users={n:<3} k={k:<3} client TTFT p50 {ttft['median']:.1f} ms, "

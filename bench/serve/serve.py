@@ -21,6 +21,7 @@ import statistics
 import time
 import uuid
 from collections import Counter
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,19 @@ class Cell:
     busiest_process: dict[str, float] = field(default_factory=dict)  # cores, per group
     busiest_name: dict[str, str] = field(default_factory=dict)  # that process's name
     loop_lag_ms: list[float] = field(default_factory=list)  # the client's (bench/serve/loop_lag.py)
+
+
+async def measure_cell(cell: Cell, cpu: CpuMeter, users: list[Awaitable[None]]) -> None:
+    """Run the cell's users side by side; record its wall time, the host's CPU by service
+    meanwhile (bench/serve/host_cpu.py) and the client's loop lag (bench/serve/loop_lag.py)."""
+    cpu.start()
+    started = time.perf_counter()
+    async with LoopLag() as lag:
+        await asyncio.gather(*users)
+    cell.seconds = time.perf_counter() - started
+    cell.loop_lag_ms = lag.ms
+    cell.cpu_cores = cpu.stop()
+    cell.busiest_process, cell.busiest_name = cpu.busiest, cpu.busiest_name
 
 
 def http_client() -> Any:
@@ -246,15 +260,7 @@ class ServeBench:
                     cell.errors[kind] = cell.errors.get(kind, 0) + 1
 
         prober = asyncio.ensure_future(health())
-        self.cpu.start()
-        started = time.perf_counter()
-        async with LoopLag() as lag:
-            await asyncio.gather(*(user(u) for u in range(n)))
-        cell.seconds = time.perf_counter() - started
-        cell.loop_lag_ms = lag.ms
-        cell.cpu_cores = self.cpu.stop()
-        cell.busiest_process = self.cpu.busiest
-        cell.busiest_name = self.cpu.busiest_name
+        await measure_cell(cell, self.cpu, [user(u) for u in range(n)])
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
