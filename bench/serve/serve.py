@@ -259,6 +259,7 @@ class ServeBench:
                     kind = f"{type(exc).__name__}: {str(exc)[:120]}"
                     cell.errors[kind] = cell.errors.get(kind, 0) + 1
 
+        print(f"serve users={n} k={k} {mode} started", flush=True)  # a profiler's cue
         prober = asyncio.ensure_future(health())
         await measure_cell(cell, self.cpu, [user(u) for u in range(n)])
         running = False

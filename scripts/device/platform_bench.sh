@@ -50,21 +50,48 @@ model=/opt/platform/models/llama-3.1-8b-smolvocab
 res=/opt/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
 mkdir -p "$res"
 bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,100}"
-       --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16 --peer-url http://127.0.0.1:8011 --peer-model peer
+       --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16
        --pid-dir /opt/platform)  # each cell's CPU split by service (bench/serve/host_cpu.py)
+[ "${PEER:-1}" = 1 ] && bench+=(--peer-url http://127.0.0.1:8011 --peer-model peer)
+
+# PYSPY=S (serve): py-spy records S seconds of the runtime (its engine core too), the API's
+# processes and the bench client, from 2 s into the first 100-user cell; raw stacks, read by
+# `python -m bench.serve.stacks`. --nonblocking: the processes are sampled, never paused.
+pyspy_cell() {  # pyspy_cell BENCH_LOG BENCH_PID
+  local spy=/opt/vsite/bin/py-spy opts=(record --nonblocking --threads -r 100 -d "$PYSPY" -f raw)
+  for _ in $(seq 1200); do
+    grep -q "users=100 .* started" "$1" && break
+    kill -0 "$2" 2>/dev/null || return 0
+    sleep 0.5
+  done
+  sleep 2
+  for s in runtime api; do
+    "$spy" "${opts[@]}" --subprocesses -o "$res/pyspy-$s.txt" -p "$(cat "/opt/platform/$s.pid")" \
+      >"$res/pyspy-$s.log" 2>&1 &
+  done
+  "$spy" "${opts[@]}" -o "$res/pyspy-client.txt" -p "$2" >"$res/pyspy-client.log" 2>&1 &
+  wait
+}
 case ${1:-} in
   serve)
     bash scripts/device/platform.sh up "$model" "${API_WORKERS:-4}" || exit 1
-    bash scripts/device/platform.sh peer "$model"
-    for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
-    curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
+    if [ "${PEER:-1}" = 1 ]; then  # PEER=0: the platform alone (a profile needs no peer)
+      bash scripts/device/platform.sh peer "$model"
+      for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
+      curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
+    fi
     # SERVE_USERS=1 or 100: one of the two runs (the platform and the peer stay up between
     # back-to-back device calls, so the two can go in separate calls, each within its limit).
     if [[ ",${SERVE_USERS:-1,100}," == *",1,"* ]]; then
       "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
     fi
     if [[ ",${SERVE_USERS:-1,100}," == *",100,"* ]]; then
-      "${bench[@]}" --users 100 --requests-per-user "${PER_USER:-5}" --out "$res/serve-100users" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+      log=$res/serve-100users.log
+      "${bench[@]}" --users 100 --requests-per-user "${PER_USER:-5}" --out "$res/serve-100users" >"$log" 2>&1 &
+      pid=$!
+      [ -n "${PYSPY:-}" ] && { pyspy_cell "$log" "$pid" & }
+      wait "$pid"; wait
+      grep -v "spaCy\|Hybrid (BM25)" "$log"
     fi
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3

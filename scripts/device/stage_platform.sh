@@ -29,7 +29,7 @@ pins=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | grep -i -E '^(
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \
-  -d "$work/payload/pywheels" $pins pgserver==0.1.4 2>&1 | grep -v WARNING || true
+  -d "$work/payload/pywheels" $pins pgserver==0.1.4 py-spy==0.4.3 2>&1 | grep -v WARNING || true
 mv "$work/payload/pywheels"/pgserver-*.whl "$work/payload/pg/"
 (cd "$work/payload/redis" && apt-get download redis-tools libjemalloc2 liblzf1 libatomic1 2>/dev/null)
 model=$(.venv/bin/python -c "from gpu_runtime.config import RuntimeSettings as S; print(S().resolved_model_path)")
