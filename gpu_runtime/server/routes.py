@@ -25,7 +25,14 @@ from gpu_runtime.generation import (
 from gpu_runtime.query_embedder import MODEL_NAME
 from gpu_runtime.runtime import InjectionRuntime
 from gpu_runtime.server import metrics
-from gpu_runtime.server.deps import RuntimeDep, ServiceTokenDep, StateDep
+from gpu_runtime.server.deps import (
+    EmbedBody,
+    GenerateBody,
+    KeysBody,
+    RuntimeDep,
+    ServiceTokenDep,
+    StateDep,
+)
 from gpu_runtime.server.errors import NoEmbedderError, status_of
 from gpu_runtime.server.state import ServerState
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
@@ -110,7 +117,7 @@ async def model(state: StateDep, runtime: RuntimeDep) -> p.ModelInfo:
 
 
 @api.post("/embed", response_model=p.EmbedResult)
-async def embed(body: p.EmbedRequest, state: StateDep) -> p.EmbedResult:
+async def embed(body: EmbedBody, state: StateDep) -> p.EmbedResult:
     if state.embedder is None:
         raise NoEmbedderError("this runtime does not serve query embeddings (see /v1/model)")
     vectors = await state.embedder.embed(list(body.texts))  # [n, dim] float32
@@ -126,14 +133,14 @@ async def tokenizer(state: StateDep) -> Response:
 
 
 @api.post("/generate")
-async def generate(body: p.GenerateRequest, runtime: RuntimeDep) -> StreamingResponse:
+async def generate(body: GenerateBody, runtime: RuntimeDep) -> StreamingResponse:
     tenant = TenantId(body.tenant)
     segment = _segment(runtime, tenant, body.segment) if body.segment is not None else None
     s = body.sampling
     sampling = Sampling(
         s.max_tokens, s.temperature, s.top_p, s.seed, s.logprobs, tuple(s.stop),
         tuple(s.stop_token_ids), s.ignore_eos, s.prefix_cache, s.presence_penalty,
-        s.frequency_penalty, _structured(s.structured),
+        s.frequency_penalty, _structured(s.structured), s.detokenize,
     )  # fmt: skip
     mode = Mode(body.mode)
     events = runtime.generate(
@@ -237,21 +244,21 @@ async def purge(body: p.PurgeRequest, runtime: RuntimeDep) -> p.PurgeResult:
 
 
 @api.post("/prefetch", status_code=202)
-async def prefetch(body: p.KeysRequest, runtime: RuntimeDep) -> dict[str, int]:
+async def prefetch(body: KeysBody, runtime: RuntimeDep) -> dict[str, int]:
     tenant = TenantId(body.tenant)
     runtime.prefetch(tenant, [_key(runtime, tenant, k) for k in body.keys])
     return {"accepted": len(body.keys)}
 
 
 @api.post("/contains", response_model=p.ContainsResult)
-async def contains(body: p.KeysRequest, runtime: RuntimeDep) -> p.ContainsResult:
+async def contains(body: KeysBody, runtime: RuntimeDep) -> p.ContainsResult:
     tenant = TenantId(body.tenant)
     keys = [_key(runtime, tenant, k) for k in body.keys]
     return p.ContainsResult(present=runtime.contains(tenant, keys))
 
 
 @api.post("/placement", response_model=p.PlacementResult)
-async def placement(body: p.KeysRequest, runtime: RuntimeDep) -> p.PlacementResult:
+async def placement(body: KeysBody, runtime: RuntimeDep) -> p.PlacementResult:
     tenant = TenantId(body.tenant)
     tiers = await runtime.placement(tenant, [_key(runtime, tenant, k) for k in body.keys])
     return p.PlacementResult.model_validate({"tiers": tiers})
