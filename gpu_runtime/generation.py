@@ -40,6 +40,7 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     structured: Structured | None = None
+    detokenize: bool = True  # False: token ids only, the client decodes (protocol revision 6)
 
     @property
     def resumable(self) -> bool:

@@ -324,7 +324,9 @@ class InjectionRuntime:
             while True:
                 rest = sampling.max_tokens - len(generated)
                 left = dataclasses.replace(sampling, max_tokens=rest)
-                vllm_params = sampling_params(left, self.detokenize, dict(params or {}) or None)
+                vllm_params = sampling_params(
+                    left, self.detokenize and left.detokenize, dict(params or {}) or None
+                )
                 prompt = {"prompt_token_ids": [*token_ids, *generated], "cache_salt": salt}
                 request_id = f"isr-{self._prefix}-{next(self._ids)}"
                 gave_back = False

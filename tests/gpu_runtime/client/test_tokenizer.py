@@ -27,3 +27,19 @@ def test_ids_match_the_engines_tokenizer() -> None:
     for text in SAMPLES:
         assert ours.encode(text) == theirs.encode(text, add_special_tokens=False), text
     assert ours.encode(SAMPLES[0])[0] == theirs.convert_tokens_to_ids("<|im_start|>")
+
+
+def test_a_text_stream_adds_up_to_the_decoded_continuation() -> None:
+    """Token by token, multi-byte characters included (an emoji spans several byte tokens: the
+    stream says nothing until the character is whole), special tokens skipped."""
+    path = RuntimeSettings().resolved_tokenizer_path
+    tokenizer = TextTokenizer((path / "tokenizer.json").read_text())
+    prompt = tokenizer.encode("<|im_start|>assistant\n")
+    answer = tokenizer.encode("Bolt the greyhound 🐕 lives in Porto, café ✓ 你好<|im_end|>")
+    stream = tokenizer.stream(prompt)
+    pieces = [stream.step([token]) for token in answer]
+    assert "".join(pieces) == tokenizer.decode(answer)
+    assert "".join(pieces).endswith("你好")  # <|im_end|> adds nothing
+    assert "" in pieces[:-1]  # some token completed no character on its own
+    whole = tokenizer.stream(prompt).step(answer)  # a burst of tokens at once: the same text
+    assert whole == "".join(pieces)

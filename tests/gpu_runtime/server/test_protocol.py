@@ -46,3 +46,12 @@ def test_error_lines_raise_and_done_lines_validate() -> None:
     done = parse_event(json.dumps({"event": "done", "finish_reason": "length", "usage": usage}))
     assert done is not None and done.usage is not None and done.usage.injected_tokens == 2
     assert parse_event("   ") is None
+
+
+def test_token_ids_only_cannot_carry_stop_strings() -> None:
+    from pydantic import ValidationError
+
+    assert not p.SamplingModel(detokenize=False).detokenize
+    for stops in ({"stop": ["\n"]}, {"stop_token_ids": [2]}):
+        with pytest.raises(ValidationError, match="need 'detokenize': true"):
+            p.SamplingModel(detokenize=False, **stops)
