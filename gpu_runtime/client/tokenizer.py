@@ -14,6 +14,12 @@ from tokenizers.decoders import DecodeStream
 
 # tokenizers' message when a decode stream's UTF-8 prefix breaks (vLLM resets the stream then)
 INVALID_PREFIX = "Invalid prefix encountered"
+# Prompt tokens a text stream is primed with. vLLM primes with the whole prompt, and its first
+# step then decodes all of it (1 ms at 1,700 tokens on the CPU box): only the last tokens shape
+# the next token's text (its leading space, a character cut across tokens), and a prompt ends
+# with the chat template's assistant header, so 32 give the same text (the engine test checks
+# it against vLLM's own) for 0.05 ms.
+PRIME_TOKENS = 32
 
 
 class TextTokenizer:
@@ -40,15 +46,15 @@ class TextTokenizer:
 class TextStream:
     """Incremental detokenization on the client, step for step what vLLM's
     ``FastIncrementalDetokenizer`` does in the runtime's process (0.26 and 0.32 alike): a
-    ``DecodeStream`` primed with the prompt's ids (so the first token's leading space is read in
-    context), special tokens skipped, the stream restarted when tokenizers reports a broken
+    ``DecodeStream`` primed with the prompt's last ids (so the first token's leading space is
+    read in context), special tokens skipped, the stream restarted when tokenizers reports a broken
     UTF-8 prefix. Requests asked with ``detokenize: false`` (protocol revision 6) carry no stop
     strings or stop token ids, so nothing is held back and no token is left undecoded; the
     end-of-sequence token is a special token, which decodes to nothing either way."""
 
     def __init__(self, tokenizer: Tokenizer, prompt_ids: Sequence[int]) -> None:
         self._tokenizer = tokenizer
-        self._stream = DecodeStream(ids=list(prompt_ids), skip_special_tokens=True)
+        self._stream = DecodeStream(ids=list(prompt_ids[-PRIME_TOKENS:]), skip_special_tokens=True)
 
     def step(self, token_ids: Sequence[int]) -> str:
         """The text that ``token_ids`` (the next ones generated) add."""
