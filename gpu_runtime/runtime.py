@@ -34,6 +34,7 @@ from gpu_runtime.types import (
     PREAMBLE_PREFIX,
     EncodingConfig,
     FactKey,
+    FactKeys,
     MemorySegment,
     Span,
     TenantId,
@@ -48,6 +49,7 @@ class InjectionRuntime:
         self.engine = engine
         self.settings = settings
         self.encoding_model = settings.model_name
+        self._keys = FactKeys(self.encoding_model)
         self.max_model_len = settings.max_model_len
         vllm_config = engine.vllm_config
         self.block_size = int(vllm_config.cache_config.block_size)
@@ -89,7 +91,7 @@ class InjectionRuntime:
 
     def key(self, tenant: TenantId, fact_id: str, version: int, window: int, enc: int) -> FactKey:
         """A key of ``tenant`` for this runtime's model (clients never name the model)."""
-        return FactKey(tenant, fact_id, version, self.encoding_model, window, enc)
+        return self._keys.get(tenant, fact_id, version, window, enc)
 
     def epoch(self, tenant: TenantId) -> int:
         return self._epochs.get(tenant, 0)

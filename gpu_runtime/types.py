@@ -115,6 +115,34 @@ class FactKey:
         )
 
 
+class FactKeys:
+    """The runtime's keys, built once and reused: every chat names about a hundred (its
+    generate request's spans, its prefetch hint's keys), and building each as a frozen dataclass
+    was the largest cost left on the runtime's event loop at 100 users (0.09 of a core in run
+    12's profile, docs/benchmarks.md). Looked up by every field, the tenant's included, so a key
+    is only ever handed back for its own tenant; forgotten all at once past ``capacity``."""
+
+    def __init__(self, model: str, capacity: int = 1 << 16) -> None:
+        self.model = model
+        self.capacity = capacity
+        self._keys: dict[tuple[str, str, int, int, int], FactKey] = {}
+
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def get(
+        self, tenant: TenantId, fact_id: str, fact_version: int, window: int, encoding_version: int
+    ) -> FactKey:
+        wanted = (tenant.value, fact_id, fact_version, window, encoding_version)
+        key = self._keys.get(wanted)
+        if key is None:
+            if len(self._keys) >= self.capacity:
+                self._keys.clear()
+            key = FactKey(tenant, fact_id, fact_version, self.model, window, encoding_version)
+            self._keys[wanted] = key
+        return key
+
+
 @dataclass(frozen=True)
 class Span:
     """``n_tokens`` tokens of ``key`` placed at prompt positions ``[start, start + n_tokens)``."""

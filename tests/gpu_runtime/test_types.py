@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
+from gpu_runtime.types import EncodingConfig, FactKey, FactKeys, MemorySegment, Span, TenantId
 
 pytestmark = pytest.mark.unit
 
@@ -59,3 +59,19 @@ def test_a_segments_layout_digest_changes_with_where_its_spans_lie() -> None:
     resplit = MemorySegment(tenant, config, (spans[0], Span(keys[1], 10, 12)))
     assert kv.layout_digest() == again.layout_digest()
     assert len({kv.layout_digest(), hybrid.layout_digest(), resplit.layout_digest()}) == 3
+
+
+def test_interned_keys_are_reused_per_tenant_and_forgotten_past_capacity() -> None:
+    keys = FactKeys("m", capacity=4)
+    a, b = TenantId("a"), TenantId("b")
+    first = keys.get(a, "f1", 1, 0, 1)
+    assert first == FactKey(a, "f1", 1, "m", 0, 1)
+    assert keys.get(TenantId("a"), "f1", 1, 0, 1) is first  # an equal tenant: the same key
+    theirs = keys.get(b, "f1", 1, 0, 1)  # another tenant's fact of the same id: its own key
+    assert theirs.tenant == b and theirs != first
+    assert keys.get(a, "f1", 2, 0, 1).fact_version == 2  # every field tells keys apart
+    assert keys.get(a, "f1", 1, 5, 1).window == 5 and len(keys) == 4
+    keys.get(a, "f2", 1, 0, 1)  # a fifth key: past capacity, the four are forgotten first
+    assert len(keys) == 1
+    again = keys.get(a, "f1", 1, 0, 1)  # rebuilt, equal
+    assert again == first and again is not first
