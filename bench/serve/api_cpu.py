@@ -8,8 +8,12 @@ At 100 users the platform's host CPUs are the bound (docs/benchmarks.md, run 9):
 per chat says how many chats a core of it can start and stream. Profile the same loop with
 py-spy (``py-spy record -p PID --gil -f raw``) to see where that time goes.
 
-    python -m bench.serve.api_cpu --api-pid PID [--chats 100] [--modes kv,prompt] [--k 50]
-        [--out FILE]
+    python -m bench.serve.api_cpu --api-pid PID [--runtime-pid PID] [--chats 100]
+        [--modes kv,prompt] [--k 50] [--out FILE]
+
+With ``--runtime-pid`` the runtime server's own process is metered the same way (the process,
+not its engine core child): the event loop that every chat's embed, prefetch and generate
+calls share on the GPU host.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,10 +46,23 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def runtime_cpu_seconds(pid: int) -> float:
+    """User + system CPU of the runtime's server process alone (every thread of it: its event
+    loop, vLLM's output handler, the query embedder), not of its children (vLLM's engine core,
+    whose step loop runs apart and is bound by the device, not by this process)."""
+    stat = proc_stat(pid)
+    return stat.cpu_s if stat is not None else 0.0
+
+
 async def measure(
-    bench: ServeBench, pid: int, mode: str, k: int, chats: int, idle_s: float = 10.0
-) -> dict[str, Any]:
+    bench: ServeBench, pid: int, mode: str, k: int, chats: int, idle_s: float = 10.0,
+    runtime_pid: int | None = None,
+) -> dict[str, Any]:  # fmt: skip
     import openai
+
+    meters: dict[str, Callable[[], float]] = {"api": lambda: cpu_seconds(pid)}
+    if runtime_pid is not None:
+        meters["runtime"] = lambda: runtime_cpu_seconds(runtime_pid)
 
     sdk = openai.AsyncOpenAI(
         api_key=bench.keys[0], base_url=f"{bench.api}/v1", max_retries=0,
@@ -52,21 +70,26 @@ async def measure(
     )  # fmt: skip
     try:
         await bench.warm_up([sdk], [mode], k)  # the user's index, the facts' tokens
-        # What the API burns doing nothing (its threads' timers, probes): taken off per second.
-        idle0, t0 = cpu_seconds(pid), time.perf_counter()
+        # What each burns doing nothing (threads' timers, probes): taken off per second.
+        idle0, t0 = {n: m() for n, m in meters.items()}, time.perf_counter()
         await asyncio.sleep(idle_s)
-        idle_rate = (cpu_seconds(pid) - idle0) / (time.perf_counter() - t0)
-        cpu0, wall0 = cpu_seconds(pid), time.perf_counter()
+        idle_s = time.perf_counter() - t0
+        idle_rate = {n: (m() - idle0[n]) / idle_s for n, m in meters.items()}
+        cpu0, wall0 = {n: m() for n, m in meters.items()}, time.perf_counter()
         samples = [await bench._chat(sdk, mode, k, i) for i in range(chats)]
-        cpu1, wall1 = cpu_seconds(pid), time.perf_counter()
+        cpu1, wall1 = {n: m() for n, m in meters.items()}, time.perf_counter()
     finally:
         await sdk.close()
-    gross = (cpu1 - cpu0) / chats
+    per_chat: dict[str, Any] = {}
+    for name in meters:
+        gross = (cpu1[name] - cpu0[name]) / chats
+        per_chat[f"{name}_cpu_ms_per_chat"] = 1000 * (
+            gross - idle_rate[name] * (wall1 - wall0) / chats
+        )
+        per_chat[f"{name}_cpu_ms_per_chat_gross"] = 1000 * gross
+        per_chat[f"{name}_idle_cpu_ms_per_s"] = 1000 * idle_rate[name]
     return {
-        "mode": mode, "k": k, "chats": chats,
-        "api_cpu_ms_per_chat": 1000 * (gross - idle_rate * (wall1 - wall0) / chats),
-        "api_cpu_ms_per_chat_gross": 1000 * gross,
-        "idle_cpu_ms_per_s": 1000 * idle_rate,
+        "mode": mode, "k": k, "chats": chats, **per_chat,
         "wall_ms_per_chat": 1000 * (wall1 - wall0) / chats,
         "client_ttft_ms_median": statistics.median(s.client_ttft_ms for s in samples),
         "parts_median_ms": {p: statistics.median(s.parts[p] for s in samples) for p in PARTS},
@@ -82,6 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.serve.api_cpu")
     parser.add_argument("--api", default=f"http://127.0.0.1:{settings.api_port}")
     parser.add_argument("--api-pid", type=int, required=True, help="the API's (parent) process")
+    parser.add_argument(
+        "--runtime-pid", type=int,
+        help="the runtime server's process: its CPU per chat too (not its engine core's)",
+    )  # fmt: skip
     parser.add_argument("--chats", type=int, default=100)
     parser.add_argument("--modes", default="kv,prompt")
     parser.add_argument("--k", type=int, default=50)
@@ -95,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for mode in args.modes.split(","):
         print(f"==> {mode}: {args.chats} chats at k={args.k}", flush=True)
-        row = asyncio.run(measure(bench, args.api_pid, mode, args.k, args.chats))
+        row = asyncio.run(
+            measure(bench, args.api_pid, mode, args.k, args.chats, runtime_pid=args.runtime_pid)
+        )
         print(json.dumps(row), flush=True)
         rows.append(row)
     if args.out:

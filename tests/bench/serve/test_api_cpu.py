@@ -1,4 +1,5 @@
-"""The API-CPU bench's reading of /proc: a process tree's CPU, children included."""
+"""The API-CPU bench's reading of /proc: a process tree's CPU, children included (the API's
+workers); the runtime server's process alone (not its engine core)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from bench.serve.api_cpu import cpu_seconds
+from bench.serve.api_cpu import cpu_seconds, runtime_cpu_seconds
 
 
 def test_cpu_seconds_counts_this_process_burning_cpu() -> None:
@@ -30,6 +31,23 @@ def test_cpu_seconds_includes_a_live_child() -> None:
         while cpu_seconds(os.getpid()) - mine < 0.4 and time.monotonic() < deadline:
             time.sleep(0.1)
         assert cpu_seconds(os.getpid()) - mine >= 0.4  # the child's CPU, not ours
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_runtimes_cpu_leaves_its_children_out() -> None:
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import time\nend = time.process_time() + 0.5\n"
+        "while time.process_time() < end: pass\ntime.sleep(30)"
+    )])  # fmt: skip
+    try:
+        tree, alone = cpu_seconds(os.getpid()), runtime_cpu_seconds(os.getpid())
+        deadline = time.monotonic() + 20
+        while cpu_seconds(os.getpid()) - tree < 0.4 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert cpu_seconds(os.getpid()) - tree >= 0.4  # the child burned...
+        assert runtime_cpu_seconds(os.getpid()) - alone < 0.2  # ...but not in this process
     finally:
         child.kill()
         child.wait()
