@@ -105,7 +105,7 @@ class RuntimeClient:
         self._seen_headers(response.headers)  # a (re)started runtime: forget its model
 
     def _request(self, method: str, path: str, body: BaseModel | None = None) -> httpx.Response:
-        content = body.model_dump_json() if body is not None else None
+        content = p.wire(body) if body is not None else None
         headers = {"content-type": "application/json"} if content else None
         try:
             response = self._http.request(method, path, content=content, headers=headers)
@@ -206,7 +206,7 @@ class RuntimeClient:
         answered = False
         try:
             with self._http.stream(
-                "POST", "/v1/generate", content=request.model_dump_json(),
+                "POST", "/v1/generate", content=p.wire(request),
                 headers={"content-type": "application/json"},
             ) as response:  # fmt: skip
                 answered = True
@@ -229,7 +229,7 @@ class RuntimeClient:
             sampling = request.sampling.model_copy(update={"detokenize": False})
             request = request.model_copy(update={"sampling": sampling})
         try:
-            async with self._session().post(url, data=request.model_dump_json()) as response:
+            async with self._session().post(url, data=p.wire(request)) as response:
                 answered = True
                 self._seen_headers(response.headers)
                 if response.status >= 400:
@@ -268,7 +268,7 @@ class RuntimeClient:
         try:
             url = f"{self.base_url}/v1/prefetch"
             timeout = aiohttp.ClientTimeout(total=2.0)
-            async with self._session().post(url, data=request.model_dump_json(), timeout=timeout):
+            async with self._session().post(url, data=p.wire(request), timeout=timeout):
                 return
         except (aiohttp.ClientError, TimeoutError):
             return

@@ -67,6 +67,14 @@ class _Body(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def wire(body: BaseModel) -> str:
+    """A request body as clients send it: fields left at their default are left out. The runtime
+    refuses fields it does not know (``extra="forbid"``), so a request that uses nothing of a
+    later revision is served by a runtime of an earlier one (an API upgraded before its runtime
+    keeps working); the defaults are the protocol's, so leaving them out changes nothing."""
+    return body.model_dump_json(exclude_defaults=True)
+
+
 class KeyModel(_Body):
     """A fact key without its tenant and model (the request states the tenant; the model is
     the runtime's)."""

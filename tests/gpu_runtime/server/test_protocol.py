@@ -55,3 +55,21 @@ def test_token_ids_only_cannot_carry_stop_strings() -> None:
     for stops in ({"stop": ["\n"]}, {"stop_token_ids": [2]}):
         with pytest.raises(ValidationError, match="need 'detokenize': true"):
             p.SamplingModel(detokenize=False, **stops)
+
+
+def test_requests_leave_defaults_out_so_an_earlier_runtime_serves_them() -> None:
+    """A revision-5 runtime refuses ``detokenize`` as an unknown field: the client sends it
+    only when it asks for something other than the default."""
+    request = p.GenerateRequest(
+        tenant="t", token_ids=[1, 2], mode="prompt", sampling=p.SamplingModel(max_tokens=8)
+    )
+    body = json.loads(p.wire(request))
+    assert body == {
+        "tenant": "t",
+        "token_ids": [1, 2],
+        "mode": "prompt",
+        "sampling": {"max_tokens": 8},
+    }
+    assert p.GenerateRequest.model_validate_json(p.wire(request)) == request
+    ids_only = request.model_copy(update={"sampling": p.SamplingModel(detokenize=False)})
+    assert json.loads(p.wire(ids_only))["sampling"] == {"detokenize": False}
