@@ -120,6 +120,12 @@ class RuntimeSettings(BaseSettings):
     # On CUDA its forward pass replays from CUDA graphs (one launch per query instead of ~100
     # launched from Python beside the engine's streams: gpu_runtime/query_graphs.py).
     query_embedder_graphs: bool = True
+    # Where its forward pass runs: "thread" (a worker thread, so the event loop never waits on
+    # the device) or "loop" (on the event loop itself, no thread handoff). On the CPU box, with
+    # the loop busy, a thread's pass took 1,499 ms at the median against 22 ms on the loop
+    # (docs/benchmarks.md, "The query's embedding against a busy event loop"); on a GPU the
+    # loop would also wait for the device, so that is not chosen without a measurement there.
+    query_embedder_runs_on: Literal["thread", "loop"] = "thread"
     # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
     # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree
     # on the greedy token), else kv and hybrid requests are served as prompt mode. None: none.

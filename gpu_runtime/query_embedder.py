@@ -143,22 +143,26 @@ class TorchMiniLM:
 
 
 class QueryEmbedder:
-    """Micro-batches concurrent ``embed`` calls into one forward pass, off the event loop."""
+    """Micro-batches concurrent ``embed`` calls into one forward pass, in a worker thread or on
+    the event loop (``RuntimeSettings.query_embedder_runs_on``)."""
 
-    def __init__(self, model: TorchMiniLM) -> None:
+    def __init__(self, model: TorchMiniLM, in_thread: bool = True) -> None:
         self.model = model
+        self.in_thread = in_thread  # False: the pass runs on the event loop (config.py says why)
         self._queue: list[tuple[list[str], asyncio.Future[torch.Tensor]]] = []
         self._running: asyncio.Task[None] | None = None
         self.passes = 0
 
     @classmethod
-    def load(cls, device: torch.device, graphs: bool = True) -> QueryEmbedder:
+    def load(
+        cls, device: torch.device, graphs: bool = True, in_thread: bool = True
+    ) -> QueryEmbedder:
         if device.type == "cpu":
             torch.set_num_threads(1)  # this process's only torch work; the engine owns the cores
         model = TorchMiniLM(bundled_model_dir(), device)
         if graphs and device.type == "cuda":
             model.capture_graphs()
-        embedder = cls(model)
+        embedder = cls(model, in_thread)
         model.encode(["warm-up"])  # first-call kernels and allocator, not in a request
         logger.info("query embedder %s ready on %s", MODEL_NAME, device)
         return embedder
@@ -181,7 +185,10 @@ class QueryEmbedder:
             texts = [t for own, _ in batch for t in own]
             try:
                 self.passes += 1
-                vectors = await asyncio.to_thread(self.model.encode, texts)
+                if self.in_thread:
+                    vectors = await asyncio.to_thread(self.model.encode, texts)
+                else:
+                    vectors = self.model.encode(texts)
             except Exception as exc:  # every waiter hears it; the next call tries again
                 for _, future in batch:
                     if not future.done():

@@ -99,7 +99,11 @@ def load_query_embedder(settings: RuntimeSettings) -> QueryEmbedder | None:
 
     device = torch.device("cuda" if cuda_available() else "cpu")
     try:
-        return QueryEmbedder.load(device, graphs=settings.query_embedder_graphs)
+        return QueryEmbedder.load(
+            device,
+            graphs=settings.query_embedder_graphs,
+            in_thread=settings.query_embedder_runs_on == "thread",
+        )
     except Exception:
         if wanted == "on":
             raise

@@ -40,10 +40,11 @@ def test_torch_vectors_match_the_numpy_pass_the_facts_are_embedded_with(
 
 
 @pytest.mark.unit
+@pytest.mark.parametrize("in_thread", [True, False])  # RuntimeSettings.query_embedder_runs_on
 def test_concurrent_callers_share_forward_passes_and_get_their_own_rows(
-    model: TorchMiniLM,
+    model: TorchMiniLM, in_thread: bool
 ) -> None:
-    embedder = QueryEmbedder(model)
+    embedder = QueryEmbedder(model, in_thread)
 
     async def together() -> list[torch.Tensor]:
         return await asyncio.gather(*(embedder.embed([t]) for t in TEXTS * 4))
