@@ -13,6 +13,7 @@ import pytest
 from backend.core.config import Settings
 from backend.errors import BadRequestError, UnavailableError
 from backend.runtime.client import EngineClient
+from gpu_runtime.client import protocol as p
 from gpu_runtime.client.launch import free_port
 from gpu_runtime.types import FactKey, TenantId
 from tests.runtime_standin import StandInRuntime
@@ -35,8 +36,11 @@ def _engine(*urls: str) -> EngineClient:
     return EngineClient(Settings(runtime_urls=",".join(urls), runtime_timeout_s=1.0))
 
 
-def _purges(standin: StandInRuntime) -> list[dict[str, object]]:
-    return [b for b in standin.bodies if b["path"] == "/v1/purge"]
+def _purges(standin: StandInRuntime) -> list[p.PurgeRequest]:
+    """The purges as a runtime reads them (the client leaves fields at their default out)."""
+    bodies = [b for b in standin.bodies if b["path"] == "/v1/purge"]
+    return [p.PurgeRequest.model_validate({k: v for k, v in b.items() if k != "path"})
+            for b in bodies]  # fmt: skip
 
 
 def test_a_purge_reaches_every_replica(pair: tuple[StandInRuntime, StandInRuntime]) -> None:
@@ -46,8 +50,8 @@ def test_a_purge_reaches_every_replica(pair: tuple[StandInRuntime, StandInRuntim
     engine.purge_tenant(TENANT)
     for standin in pair:
         sent = _purges(standin)
-        assert [s["tenant"] for s in sent] == [TENANT.value, TENANT.value]
-        assert [s["all"] for s in sent] == [False, True]
+        assert [s.tenant for s in sent] == [TENANT.value, TENANT.value]
+        assert [s.all for s in sent] == [False, True]
 
 
 def test_a_replica_where_nothing_runs_holds_nothing(
