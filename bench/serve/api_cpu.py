@@ -73,8 +73,8 @@ async def measure(
         # What each burns doing nothing (threads' timers, probes): taken off per second.
         idle0, t0 = {n: m() for n, m in meters.items()}, time.perf_counter()
         await asyncio.sleep(idle_s)
-        idle_s = time.perf_counter() - t0
-        idle_rate = {n: (m() - idle0[n]) / idle_s for n, m in meters.items()}
+        idled = time.perf_counter() - t0
+        idle_rate = {n: (m() - idle0[n]) / idled for n, m in meters.items()}
         cpu0, wall0 = {n: m() for n, m in meters.items()}, time.perf_counter()
         samples = [await bench._chat(sdk, mode, k, i) for i in range(chats)]
         cpu1, wall1 = {n: m() for n, m in meters.items()}, time.perf_counter()

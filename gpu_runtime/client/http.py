@@ -193,9 +193,9 @@ class RuntimeClient:
         loop for every stream, the API many; vLLM's detokenizer took 16% of that loop at 100
         users on the H200 (docs/benchmarks.md, run 11)."""
         s, model, tokenizer = request.sampling, self._model, self._tokenizer
-        if not s.detokenize or s.stop or s.stop_token_ids or model is None or tokenizer is None:
+        if not s.detokenize or s.stop or s.stop_token_ids or tokenizer is None:
             return None
-        if model.protocol_revision < 6:
+        if model is None or model.protocol_revision < 6:
             return None
         return tokenizer.stream(request.token_ids)
 
