@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -36,6 +37,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
         resources.warm_up()
         resources.engine.bind_loop(asyncio.get_running_loop())
         yield

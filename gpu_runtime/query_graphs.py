@@ -39,6 +39,26 @@ class _Captured:
     graph: torch.cuda.CUDAGraph
     tokens: torch.Tensor  # [3, B, L] int64: ids, mask, types (the graph's static input)
     out: torch.Tensor  # [B, D] float32 (the graph's static output)
+    host_tokens: torch.Tensor  # [3, B, L] int64, pinned: staged here, copied without a wait
+    host_out: torch.Tensor  # [B, D] float32, pinned: the output lands here without a wait
+
+
+@dataclass
+class Launched:
+    """A replay on its way: the output is in ``host_out`` once ``done``. Nothing else may be
+    launched before it is done (the graphs share their memory and staging buffers)."""
+
+    event: torch.cuda.Event
+    host_out: torch.Tensor  # [B', D] float32, pinned
+    rows: int
+
+    def done(self) -> bool:
+        return bool(self.event.query())  # type: ignore[no-untyped-call]
+
+    def result(self) -> torch.Tensor:
+        """[rows, D] float32 on the CPU (a copy: the staging buffer is reused)."""
+        self.event.synchronize()
+        return self.host_out[: self.rows].clone()
 
 
 class GraphedForward:
@@ -79,24 +99,36 @@ class GraphedForward:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             out = self.forward(tokens[0], tokens[1], tokens[2])  # [b, D]
-        return _Captured(graph, tokens, out)
+        host_tokens = torch.empty(tokens.shape, dtype=torch.long, pin_memory=True)
+        host_out = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        return _Captured(graph, tokens, out, host_tokens, host_out)
 
     @torch.inference_mode()
-    def __call__(
-        self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
-    ) -> torch.Tensor | None:
-        """[B, D] float32 on the CPU for [B, L] CPU token tensors; None where no bucket holds
-        them (the caller runs the pass eagerly)."""
+    def launch(self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor) -> Launched | None:
+        """Start the pass for [B, L] CPU token tensors and return at once (the event loop
+        polls ``done``: no thread, no wait on the device); None where no bucket holds them."""
         b, length = ids.shape
         shape = (bucket(b, self.batches), bucket(length, self.lengths))
         if shape[0] is None or shape[1] is None:
             return None
         captured = self._graphs[(shape[0], shape[1])]
-        padded = torch.zeros((3, shape[0], shape[1]), dtype=torch.long)  # [3, B', L'] on the CPU
-        padded[0].fill_(self.pad_id)
-        padded[0, :b, :length] = ids
-        padded[1, :b, :length] = mask
-        padded[2, :b, :length] = types
-        captured.tokens.copy_(padded)  # one host-to-device copy of all three
+        staged = captured.host_tokens  # [3, B', L'] pinned
+        staged[0].fill_(self.pad_id)
+        staged[1:].zero_()
+        staged[0, :b, :length] = ids
+        staged[1, :b, :length] = mask
+        staged[2, :b, :length] = types
+        captured.tokens.copy_(staged, non_blocking=True)  # one host-to-device copy of all three
         captured.graph.replay()
-        return captured.out[:b].cpu()  # waits for the replay
+        captured.host_out.copy_(captured.out, non_blocking=True)  # [B', D]
+        event = torch.cuda.Event()  # type: ignore[no-untyped-call]
+        event.record()
+        return Launched(event, captured.host_out, b)
+
+    def __call__(
+        self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor
+    ) -> torch.Tensor | None:
+        """[B, D] float32 on the CPU for [B, L] CPU token tensors; None where no bucket holds
+        them (the caller runs the pass eagerly)."""
+        launched = self.launch(ids, mask, types)
+        return None if launched is None else launched.result()  # waits for the replay

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -118,6 +119,7 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
         starting = asyncio.ensure_future(_start_engine(state))
         try:
             yield

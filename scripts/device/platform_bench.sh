@@ -56,8 +56,8 @@ bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,10
 
 # PYSPY=S (serve): py-spy records S seconds of the runtime (its engine core too) and the bench
 # client, from 2 s into the first 100-user cell; raw stacks, read by `python -m
-# bench.serve.stacks`. --nonblocking: the processes are sampled, never paused. (Not the API: with
-# its 8 processes py-spy fell 80 s behind in run 11.)
+# bench.serve.stacks`. --nonblocking: the processes are sampled, never paused. PYSPY_API=1: one
+# of the API's processes too (not all: with 8 py-spy fell 80 s behind in run 11).
 pyspy_cell() {  # pyspy_cell BENCH_LOG BENCH_PID
   local spy=/opt/vsite/bin/py-spy opts=(record --nonblocking --threads -r 100 -d "$PYSPY" -f raw)
   for _ in $(seq 1200); do
@@ -69,6 +69,11 @@ pyspy_cell() {  # pyspy_cell BENCH_LOG BENCH_PID
   "$spy" "${opts[@]}" --subprocesses -o "$res/pyspy-runtime.txt" -p "$(cat /opt/platform/runtime.pid)" \
     >"$res/pyspy-runtime.log" 2>&1 &
   "$spy" "${opts[@]}" -o "$res/pyspy-client.txt" -p "$2" >"$res/pyspy-client.log" 2>&1 &
+  if [ "${PYSPY_API:-0}" = 1 ]; then  # one API process of the several (all: too many for py-spy)
+    local worker
+    worker=$(pgrep -P "$(cat /opt/platform/api.pid)" -f spawn_main | head -1)
+    [ -n "$worker" ] && "$spy" "${opts[@]}" -o "$res/pyspy-api.txt" -p "$worker" >"$res/pyspy-api.log" 2>&1 &
+  fi
   wait
 }
 case ${1:-} in

@@ -96,3 +96,34 @@ def test_graph_replays_give_the_eager_pass_vectors_for_every_bucket_and_beyond()
     # The API's own pass (what the facts are embedded with) agrees as the API's probe requires.
     api = get_embedder().embed(TEXTS)
     assert np.min(np.sum(graphed.encode(TEXTS).numpy() * api, axis=1)) > 0.9999
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_passes_launched_from_the_loop_give_the_eager_vectors_to_every_caller() -> None:
+    """``query_embedder_runs_on=loop`` on a GPU: graph launches polled from the event loop, one at
+    a time (they share staging buffers), concurrent callers batched, a shape beyond the graphs
+    sent to a thread; each caller's rows as the eager pass gives them."""
+    device = torch.device("cuda")
+    eager = TorchMiniLM(bundled_model_dir(), device)
+    graphed = TorchMiniLM(bundled_model_dir(), device)
+    graphed.capture_graphs()
+    embedder = QueryEmbedder(graphed, in_thread=False)
+    short = [[t] for t in TEXTS * 7] + [TEXTS]
+    long_text = " ".join(TEXTS * 12)  # beyond the longest bucket
+
+    async def rounds() -> list[tuple[list[str], torch.Tensor]]:
+        got = list(
+            zip(short, await asyncio.gather(*(embedder.embed(a) for a in short)), strict=True)
+        )
+        got += [(a, await embedder.embed(a)) for a in short[:3]]  # one pass each, back to back
+        mixed = [[long_text], *short[:2]]  # one batch, beyond the graphs
+        got += list(
+            zip(mixed, await asyncio.gather(*(embedder.embed(a) for a in mixed)), strict=True)
+        )
+        return got
+
+    answers = asyncio.run(rounds())
+
+    for ask, got in answers:
+        assert np.abs(got.numpy() - eager.encode(ask).numpy()).max() < 1e-5
+    assert embedder.passes == 5  # the gather, three alone, the mixed batch
