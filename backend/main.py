@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -39,6 +40,9 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
         resources.warm_up()
+        if settings.gc_freeze_at_start:  # config.py says why
+            gc.collect()
+            gc.freeze()
         resources.engine.bind_loop(asyncio.get_running_loop())
         yield
         await resources.engine.aclose()  # the streaming sessions of this event loop

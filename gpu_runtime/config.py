@@ -131,6 +131,11 @@ class RuntimeSettings(BaseSettings):
     # many times per task (a pass of small device ops, a query's socket reads) waits up to this
     # long each time the loop is busy (docs/benchmarks.md, "Threads against a busy loop").
     gil_switch_interval_ms: float = Field(default=5.0, gt=0, le=100)
+    # Once the engine is ready, everything allocated so far (vLLM, torch, the tokenizer: ~730,000
+    # objects) is frozen out of the collector's full passes, as vLLM's own server does: a full
+    # pass over them took ~300 ms on the CPU box, all of it a stall of the event loop that
+    # carries every stream (docs/benchmarks.md, "Garbage collection").
+    gc_freeze_at_start: bool = True
     # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
     # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree
     # on the greedy token), else kv and hybrid requests are served as prompt mode. None: none.

@@ -66,6 +66,10 @@ class Settings(BaseSettings):
     gil_switch_interval_ms: float = Field(
         default=5.0, gt=0, le=100, validation_alias="INFERSCALE_GIL_SWITCH_INTERVAL_MS"
     )
+    # Once an API process is up, what it allocated so far (~230,000 objects) is frozen out of the
+    # collector's full passes, which took ~80 ms on the CPU box, each a stall of the process's
+    # event loop and its streams (docs/benchmarks.md, "Garbage collection").
+    gc_freeze_at_start: bool = Field(default=True, validation_alias="INFERSCALE_GC_FREEZE_AT_START")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
     # A task a worker took but never acknowledged (the worker died mid-job) goes back to the
     # queue after this long. Longer than any job runs, or a running job would be sent twice.

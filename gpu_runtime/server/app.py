@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
 from gpu_runtime.config import RuntimeSettings, cuda_available
 from gpu_runtime.query_embedder import QueryEmbedder
 from gpu_runtime.runtime import InjectionRuntime
+from gpu_runtime.server import metrics
 from gpu_runtime.server.assets import load_assets
 from gpu_runtime.server.canary import run_canary
 from gpu_runtime.server.errors import install_error_handlers
@@ -56,6 +58,9 @@ async def _start_engine(state: ServerState) -> None:
         _stop_serving(state, f"the query embedder did not load: {type(exc).__name__}: {exc}")
         return
     await _fidelity_canary(state, runtime)
+    if state.settings.gc_freeze_at_start:  # config.py says why
+        gc.collect()
+        gc.freeze()
     state.runtime = runtime
     logger.info("engine ready: workers %s", state.workers)
     while not runtime.dead:  # vLLM marks the engine errored for good when its core dies
@@ -120,6 +125,7 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
+        metrics.observe_gc_pauses()
         starting = asyncio.ensure_future(_start_engine(state))
         try:
             yield

@@ -3,6 +3,8 @@ latency, which live in the worker processes and are fetched when Prometheus scra
 
 from __future__ import annotations
 
+import gc
+import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -22,6 +24,25 @@ TOKENS = Counter(
     ["how"], registry=REGISTRY,
 )  # fmt: skip
 ENCODED = Counter("inferscale_runtime_encoded_facts_total", "Facts encoded", registry=REGISTRY)
+GC_PAUSE = Histogram(
+    "inferscale_runtime_gc_pause_seconds", "The process's garbage collections (each stops the "
+    "event loop and its streams)", ["generation"],
+    buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1), registry=REGISTRY,
+)  # fmt: skip
+_gc_started: list[float] = []
+
+
+def _time_collection(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _gc_started[:] = [time.perf_counter()]
+    elif _gc_started:
+        GC_PAUSE.labels(str(info["generation"])).observe(time.perf_counter() - _gc_started[0])
+
+
+def observe_gc_pauses() -> None:
+    """Time every collection of this process from now on (once per process)."""
+    if _time_collection not in gc.callbacks:
+        gc.callbacks.append(_time_collection)
 
 
 def render(workers: list[dict[str, Any]], fairness: dict[str, dict[str, float]]) -> bytes:
