@@ -9,7 +9,7 @@
 #   bash scripts/device/platform.sh runtime MODEL_DIR           # the runtime alone, restarted
 #   bash scripts/device/platform.sh peer MODEL_DIR              # vLLM's own OpenAI server :8011
 #   bash scripts/device/platform.sh databases                   # Postgres and Redis alone
-#   bash scripts/device/platform.sh status | stop
+#   bash scripts/device/platform.sh status | stop [SERVICE...]    # stop: all, or those named
 # Every service runs as a daemon (setsid) so it outlives the call that started it (the device
 # keeps such processes until the machine goes back); logs in /opt/platform/logs.
 set -euo pipefail
@@ -169,7 +169,9 @@ case ${1:-} in
   runtime) source "$BASE/env.sh"; runtime "${2:?model dir}" ;;
   peer) source "$BASE/env.sh"; peer "${2:?model dir}" ;;
   status) for p in "$BASE"/*.pid; do echo "$(basename "$p" .pid): $(kill -0 "$(cat "$p")" 2>/dev/null && echo up || echo down)"; done ;;
-  stop) for s in beat worker api runtime peer redis; do stop_one "$s"; done
+  stop) shift
+        if [ $# -gt 0 ]; then for s in "$@"; do stop_one "$s"; done; exit 0; fi
+        for s in beat worker api runtime peer redis; do stop_one "$s"; done
         runuser -u pgrun -- "$BASE/pg/bin/pg_ctl" -D "$BASE/pgdata" -m fast stop || true ;;
   *) sed -n 2,14p "$0"; exit 2 ;;
 esac

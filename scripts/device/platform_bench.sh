@@ -84,6 +84,11 @@ case ${1:-} in
       for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
       curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
     fi
+    gc_pauses() {  # the runtime's garbage collections so far (the run's are after - before)
+      curl -s -H "Authorization: Bearer $INFERSCALE_SERVICE_TOKEN" http://127.0.0.1:8100/metrics \
+        | grep gc_pause >"$res/runtime-gc-$1.txt" || true
+    }
+    gc_pauses before
     # SERVE_USERS=1 or 100: one of the two runs (the platform and the peer stay up between
     # back-to-back device calls, so the two can go in separate calls, each within its limit).
     if [[ ",${SERVE_USERS:-1,100}," == *",1,"* ]]; then
@@ -97,6 +102,7 @@ case ${1:-} in
       wait "$pid"; wait
       grep -v "spaCy\|Hybrid (BM25)" "$log"
     fi
+    gc_pauses after
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3
     ;;
@@ -203,7 +209,7 @@ case ${1:-} in
   embedder)
     bash scripts/device/platform.sh databases || exit 1  # the suite's conftest needs Redis
     python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/gpu_runtime/test_query_embedder.py \
-      -k graph 2>&1 | tee "$res/embedder-tests.log" | tail -8
+      -k "graph or loop" 2>&1 | tee "$res/embedder-tests.log" | tail -8
     python3 -m bench.runtime.query_embed --out "$res/query-embed-h200.json"
     ;;
   faiss)
