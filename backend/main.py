@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -38,7 +37,6 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
         resources.warm_up()
         if settings.gc_freeze_at_start:  # config.py says why
             gc.collect()

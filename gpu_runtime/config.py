@@ -120,21 +120,18 @@ class RuntimeSettings(BaseSettings):
     # On CUDA its forward pass replays from CUDA graphs (one launch per query instead of ~100
     # launched from Python beside the engine's streams: gpu_runtime/query_graphs.py).
     query_embedder_graphs: bool = True
-    # Where its forward pass runs: "thread" (a worker thread) or "loop" (the event loop itself,
-    # no thread handoff; on a GPU the loop launches the pass's CUDA graph and polls for its end,
-    # never waiting on the device it shares with the engine). On the CPU box, with the loop
-    # busy, a thread's pass took 83-967 ms at the median against 24 ms on the loop
-    # (docs/benchmarks.md, "The query's embedding against a busy event loop").
-    query_embedder_runs_on: Literal["thread", "loop"] = "thread"
-    # How long this process's event loop may hold the GIL while a worker thread waits for it
-    # (``sys.setswitchinterval``; Python's default is 5 ms). A thread that hands the GIL back
-    # many times per task (a pass of small device ops, a query's socket reads) waits up to this
-    # long each time the loop is busy (docs/benchmarks.md, "Threads against a busy loop").
-    gil_switch_interval_ms: float = Field(default=5.0, gt=0, le=100)
+    # Where its forward pass runs: "loop" (the event loop itself, no thread handoff; on a GPU
+    # the loop launches the pass's CUDA graph and polls for its end, never waiting on the device
+    # it shares with the engine) or "thread" (a worker thread). With the loop busy, a thread's
+    # pass took 83-967 ms at the median on the CPU box against 24 ms on the loop; at 100 users
+    # on an H100 host the query's embedding waited 31.7-32.1 ms against 35.5-36.3 in a thread
+    # (docs/benchmarks.md, "The query's embedding against a busy event loop", "Run 13").
+    query_embedder_runs_on: Literal["thread", "loop"] = "loop"
     # Once the engine is ready, everything allocated so far (vLLM, torch, the tokenizer: ~730,000
-    # objects) is frozen out of the collector's full passes, as vLLM's own server does: a full
-    # pass over them took ~300 ms on the CPU box, all of it a stall of the event loop that
-    # carries every stream (docs/benchmarks.md, "Garbage collection").
+    # objects) is frozen out of the collector's full passes, as vLLM's own server does: at 100
+    # users on an H100 host each full pass stalled the event loop that carries every stream for
+    # ~320 ms, 2-3 times a 40 s run; frozen, 4-6 passes took 26-53 ms in all, and 100 users'
+    # kv requests/s rose from 157-163 to 170-179 (docs/benchmarks.md, "Run 13").
     gc_freeze_at_start: bool = True
     # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
     # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree

@@ -59,16 +59,10 @@ class Settings(BaseSettings):
     # Connections an API process opens as it starts (at most the pool's size), so that its first
     # concurrent requests after a deploy or a restart do not each wait for a new one.
     database_pool_warm: int = Field(default=8, ge=0, validation_alias="DATABASE_POOL_WARM")
-    # How long an API process's event loop may hold the GIL while a thread waits for it
-    # (``sys.setswitchinterval``; Python's default is 5 ms): a chat's retrieval runs in a thread
-    # that hands the GIL back at every database read and FAISS call (docs/benchmarks.md,
-    # "Threads against a busy loop").
-    gil_switch_interval_ms: float = Field(
-        default=5.0, gt=0, le=100, validation_alias="INFERSCALE_GIL_SWITCH_INTERVAL_MS"
-    )
     # Once an API process is up, what it allocated so far (~230,000 objects) is frozen out of the
     # collector's full passes, which took ~80 ms on the CPU box, each a stall of the process's
-    # event loop and its streams (docs/benchmarks.md, "Garbage collection").
+    # event loop and its streams. (At 100 users on an H100 host the API's share did not move
+    # beyond the runs' noise with it: docs/benchmarks.md, "Run 13"; the runtime's did.)
     gc_freeze_at_start: bool = Field(default=True, validation_alias="INFERSCALE_GC_FREEZE_AT_START")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
     # A task a worker took but never acknowledged (the worker died mid-job) goes back to the

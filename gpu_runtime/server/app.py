@@ -8,7 +8,6 @@ import gc
 import logging
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -124,7 +123,6 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        sys.setswitchinterval(settings.gil_switch_interval_ms / 1000)
         metrics.observe_gc_pauses()
         starting = asyncio.ensure_future(_start_engine(state))
         try:
