@@ -210,7 +210,7 @@ case ${1:-} in
     bash scripts/device/platform.sh databases || exit 1  # the suite's conftest needs Redis
     python3 -m pytest -p no:cacheprovider -q -rA --timeout=300 tests/gpu_runtime/test_query_embedder.py \
       -k "graph or loop" 2>&1 | tee "$res/embedder-tests.log" | tail -8
-    python3 -m bench.runtime.query_embed --out "$res/query-embed-h200.json"
+    python3 -m bench.runtime.query_embed --out "$res/query-embed.json"
     ;;
   faiss)
     # PyPI's faiss-gpu-cu12 1.9.0.0 (received by scripts/device/faiss_gpu/receive.sh) with its
