@@ -7,7 +7,8 @@ shape, same GPU), both over HTTP from this client, in one run.
   blocks reused from vLLM's prefix cache: the floor kv injection is measured against, through the
   same service (k=0 shows what the connector costs a request without facts).
 * Throughput at ``n`` concurrent streaming users, each with its own k facts: our ``kv`` mode
-  against the peer fed the same facts as text (its prefix cache on, as deployed).
+  against the peer fed the same facts as text (its prefix cache on, as deployed, under a salt of
+  this run's, so that nothing is reused from an earlier run against the same server).
 """
 
 from __future__ import annotations
@@ -42,15 +43,15 @@ async def _peer_model(http: aiohttp.ClientSession, url: str, timeout_s: float = 
 
 async def _peer_request(
     http: aiohttp.ClientSession, url: str, model: str, ids: list[int], max_tokens: int,
-    salt: bool, started: float,
+    salt: str, started: float,
 ) -> tuple[float, float]:  # fmt: skip
-    """(TTFT ms, total ms) of one streamed completion, both from ``started``."""
+    """(TTFT ms, total ms) of one streamed completion, both from ``started``; ``salt``: the
+    prefix-cache namespace the request may reuse blocks from (vLLM's ``cache_salt``)."""
     body: dict[str, Any] = {
         "model": model, "prompt": ids, "max_tokens": max_tokens, "stream": True,
         "temperature": 0, "ignore_eos": True,
     }  # fmt: skip
-    if salt:
-        body["cache_salt"] = uuid.uuid4().hex
+    body["cache_salt"] = salt
     first: float | None = None
     async with http.post(f"{url}/v1/completions", json=body) as response:
         response.raise_for_status()
@@ -84,7 +85,7 @@ async def peer(
                     "runtime_kv": (await one(w, "kv", facts)).ttft_ms,
                     "runtime_free_kv": (await one(w, "prompt_prefix_cache", facts)).ttft_ms,
                     "vllm_server": (await _peer_request(
-                        http, url, model, ids, 1, True, time.perf_counter()))[0],
+                        http, url, model, ids, 1, uuid.uuid4().hex, time.perf_counter()))[0],
                 }  # fmt: skip
                 if i >= warmup:
                     for side, value in got.items():
@@ -97,6 +98,10 @@ async def peer(
             print(f"peer ttft k={row['k']:<3} {row['side']:<15} {row['ttft_ms']['median']:.2f} ms")
         rows = []
         pool = len(w.facts)
+        # The peer's prefix cache on, as deployed, but this run's own: a server that served the
+        # same prompts in an earlier run would otherwise answer from that run's blocks (run 13:
+        # 209 req/s against a fresh run's 65), while our runtime starts fresh in every run.
+        run_salt = uuid.uuid4().hex
         for n in users:
             kv_elapsed = peer_elapsed = 0.0
             kv_ttft: list[float] = []
@@ -114,7 +119,7 @@ async def peer(
                 kv_ttft += ttfts
                 started = time.perf_counter()
                 done = await asyncio.gather(
-                    *(_peer_request(http, url, model, ids, max_tokens, False, started)
+                    *(_peer_request(http, url, model, ids, max_tokens, run_salt, started)
                       for ids in theirs)
                 )  # fmt: skip
                 peer_elapsed += max(total for _, total in done) / 1000
