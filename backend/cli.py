@@ -5,7 +5,13 @@
 from __future__ import annotations
 
 import argparse
+import os
+import shutil
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -42,11 +48,37 @@ def run_api(args: argparse.Namespace) -> int:
             raise ValueError(problem)
     except ValueError as exc:  # pydantic's ValidationError is one
         return cannot_start("api", exc)
-    # Keep-alive longer than clients' pools keep idle connections (aiohttp 15 s, httpx 5 s): a
-    # connection the server dropped must never be picked for the client's next request.
-    uvicorn.run("backend.main:app", host=settings.api_host, port=settings.api_port,
-                log_level="info", timeout_keep_alive=75, workers=settings.api_workers)  # fmt: skip
+    with metrics_shared(settings.api_workers):
+        # Keep-alive longer than clients' pools keep idle connections (aiohttp 15 s, httpx 5 s):
+        # a connection the server dropped must never be picked for the client's next request.
+        uvicorn.run(
+            "backend.main:app", host=settings.api_host, port=settings.api_port,
+            log_level="info", timeout_keep_alive=75, workers=settings.api_workers,
+        )  # fmt: skip
     return 0
+
+
+@contextmanager
+def metrics_shared(workers: int) -> Iterator[None]:
+    """With several API processes, their Prometheus values in files of one directory that
+    ``/metrics`` sums (``backend/api/metrics.py``): an operator's ``PROMETHEUS_MULTIPROC_DIR``,
+    emptied first (a previous run's counts would be added), else a temporary one."""
+    from backend.api.metrics import MULTIPROCESS_DIR
+
+    if workers <= 1:
+        yield
+        return
+    given = os.environ.get(MULTIPROCESS_DIR)
+    directory = Path(given) if given else Path(tempfile.mkdtemp(prefix="inferscale-metrics-"))
+    directory.mkdir(parents=True, exist_ok=True)
+    for stale in directory.glob("*.db"):
+        stale.unlink()
+    os.environ[MULTIPROCESS_DIR] = str(directory)  # the worker processes inherit it
+    try:
+        yield
+    finally:
+        if not given:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def autologs_in(settings: Settings) -> bool:
@@ -59,8 +91,6 @@ def autologs_in(settings: Settings) -> bool:
 
 def run_dashboard(args: argparse.Namespace) -> int:
     """The operator dashboard on ``INFERSCALE_DASHBOARD_PORT`` (Streamlit, headless)."""
-    import os
-    from pathlib import Path
 
     from backend.core.config import get_settings
 
@@ -86,8 +116,6 @@ def run_dashboard(args: argparse.Namespace) -> int:
 def run_secrets(args: argparse.Namespace) -> int:
     """``secrets init``: generate the missing secrets into INFERSCALE_SECRETS_DIR (compose's
     one-shot service); ``secrets show NAME``: print one (how an operator reads the admin key)."""
-    import os
-    from pathlib import Path
 
     from backend.core import secrets
     from backend.core.config import SECRETS_DIR_VAR
@@ -115,7 +143,6 @@ def run_secrets(args: argparse.Namespace) -> int:
 
 def run_migrate(args: argparse.Namespace) -> int:
     """The schema at Alembic's head (compose's one-shot ``migrate``; ``alembic upgrade head``)."""
-    from pathlib import Path
 
     from alembic import command
     from alembic.config import Config

@@ -1,8 +1,19 @@
-"""Prometheus metrics of the API process."""
+"""Prometheus metrics of the API: one process's, or with several API processes all of theirs.
+
+``inferscale api`` with ``INFERSCALE_API_WORKERS`` > 1 runs that many uvicorn processes behind
+one port, and a scrape reaches any one of them: each would show only its own counts, a different
+process's at each scrape. So the launcher sets prometheus_client's ``PROMETHEUS_MULTIPROC_DIR``
+before the processes start: each then keeps its values in files there, and ``render`` sums every
+process's (those of a process that exited included, so counters never go back).
+"""
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+
+MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
 
 HTTP_REQUESTS = Counter(
     "inferscale_http_requests_total", "HTTP requests", ["method", "route", "status"]
@@ -24,3 +35,12 @@ TENANT_REQUESTS = Counter(
 TENANT_TOKENS = Counter(
     "inferscale_tenant_tokens_total", "Tokens served to each tenant's chats", ["tenant", "kind"]
 )
+
+
+def render() -> bytes:
+    """The exposition of this process's series, or of every API process's, summed."""
+    if os.environ.get(MULTIPROCESS_DIR):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
+    return generate_latest()

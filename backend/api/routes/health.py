@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import text
 
 from backend.api.deps import ResourcesDep
+from backend.api.metrics import render as render_metrics
 from backend.db.session import get_engine
 
 router = APIRouter(tags=["health"])
@@ -49,4 +50,4 @@ def readyz(resources: ResourcesDep) -> JSONResponse:
 
 @router.get("/metrics")
 def metrics() -> Response:
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    return Response(render_metrics(), media_type=CONTENT_TYPE_LATEST)
