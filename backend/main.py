@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
+from backend.api import metrics
 from backend.api.errors import install_error_handlers
 from backend.api.middleware import BodyLimit, RequestMetrics, UnhandledErrors
 from backend.api.routes import (
@@ -42,7 +43,10 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
             gc.collect()
             gc.freeze()
         resources.engine.bind_loop(asyncio.get_running_loop())
+        metrics.observe_gc_pauses()
+        watching = asyncio.create_task(metrics.watch_event_loop())
         yield
+        watching.cancel()
         await resources.engine.aclose()  # the streaming sessions of this event loop
 
     app = FastAPI(

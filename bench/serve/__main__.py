@@ -57,16 +57,23 @@ def main(argv: list[str] | None = None) -> int:
         help="where the services' NAME.pid files are (each leads its own session): each cell's "
         "CPU is then split by service (bench/serve/host_cpu.py)",
     )  # fmt: skip
+    parser.add_argument(
+        "--runtime-url",
+        help="the runtime's internal API (its service token from the settings): each cell also "
+        "reports how late its event loop ran, beside the API's (bench/serve/loop_probes.py)",
+    )
     args = parser.parse_args(argv)
 
     import httpx
 
     from bench.serve.host_cpu import CpuMeter, sessions_of
+    from bench.serve.loop_probes import LoopProbes
     from bench.serve.report import markdown, write
     from bench.serve.serve import ServeBench, to_rows
 
     cpu = CpuMeter(sessions_of(args.pid_dir))
-    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu)
+    probes = LoopProbes(args.api, args.runtime_url, settings.service_token)
+    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu, probes)
     bench.prepare(Path(args.conversation), tenants=args.tenants)
     _freeze_heap()
     cells = asyncio.run(

@@ -41,7 +41,37 @@ def markdown(result: dict[str, Any]) -> str:
     if peer:
         lines += _peer_tables(ours, peer)
     lines += _cpu_table(result["cells"])
+    lines += _loops_table(result["cells"])
     return "\n".join(lines) + "\n"
+
+
+def _loops_table(cells: list[dict[str, Any]]) -> list[str]:
+    """How late the API's and the runtime's event loops woke during each cell, from their own
+    probes (bench/serve/loop_probes.py): the mean delay and the share of wake-ups later than
+    10 and 50 ms."""
+    rows = [c for c in cells if any(v.get("n") for v in (c.get("server_loops") or {}).values())]
+    if not rows:
+        return []
+    title = ("How late the servers' event loops woke (their probes, every 50 ms): mean ms, "
+             "% of wake-ups later than 10 ms / 50 ms:")  # fmt: skip
+    lines = [
+        "",
+        title,
+        "",
+        "| users | k | mode | API loops | runtime loop |",
+        "|---|---|---|---|---|",
+    ]
+    for c in rows:
+        loops = c["server_loops"]
+        lines.append(f"| {c['users']} | {c['k']} | {c['mode']} | "
+                     f"{_late(loops.get('api'))} | {_late(loops.get('runtime'))} |")  # fmt: skip
+    return lines
+
+
+def _late(loop: dict[str, float] | None) -> str:
+    if not loop or not loop.get("n"):
+        return "-"
+    return f"{loop['mean_ms']:.1f} ms, {loop['late_10ms_pct']:.0f}% / {loop['late_50ms_pct']:.0f}%"
 
 
 def _cpu_table(cells: list[dict[str, Any]]) -> list[str]:

@@ -30,6 +30,7 @@ import httpx
 
 from bench.serve.host_cpu import CpuMeter
 from bench.serve.loop_lag import LoopLag
+from bench.serve.loop_probes import LoopProbes
 
 PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", "engine_ttft",
          "client_api_hops")  # fmt: skip
@@ -57,11 +58,16 @@ class Cell:
     busiest_process: dict[str, float] = field(default_factory=dict)  # cores, per group
     busiest_name: dict[str, str] = field(default_factory=dict)  # that process's name
     loop_lag_ms: list[float] = field(default_factory=list)  # the client's (bench/serve/loop_lag.py)
+    server_loops: dict[str, dict[str, float]] = field(default_factory=dict)  # loop_probes.py
 
 
-async def measure_cell(cell: Cell, cpu: CpuMeter, users: list[Awaitable[None]]) -> None:
+async def measure_cell(
+    cell: Cell, cpu: CpuMeter, users: list[Awaitable[None]], probes: LoopProbes | None = None
+) -> None:
     """Run the cell's users side by side; record its wall time, the host's CPU by service
-    meanwhile (bench/serve/host_cpu.py) and the client's loop lag (bench/serve/loop_lag.py)."""
+    meanwhile (bench/serve/host_cpu.py), the client's loop lag (bench/serve/loop_lag.py) and
+    the servers' (bench/serve/loop_probes.py)."""
+    before = probes.snapshot() if probes is not None else None
     cpu.start()
     started = time.perf_counter()
     async with LoopLag() as lag:
@@ -70,6 +76,8 @@ async def measure_cell(cell: Cell, cpu: CpuMeter, users: list[Awaitable[None]]) 
     cell.loop_lag_ms = lag.ms
     cell.cpu_cores = cpu.stop()
     cell.busiest_process, cell.busiest_name = cpu.busiest, cpu.busiest_name
+    if probes is not None and before is not None:
+        cell.server_loops = probes.cell(before, probes.snapshot())
 
 
 def http_client() -> Any:
@@ -104,10 +112,11 @@ def _parts(extension: dict[str, Any], client_ttft: float) -> dict[str, float]:
 class ServeBench:
     def __init__(
         self, api: str, admin_key: str, max_tokens: int = 16, warmup: int = 1,
-        cpu: CpuMeter | None = None,
+        cpu: CpuMeter | None = None, probes: LoopProbes | None = None,
     ) -> None:  # fmt: skip
         self.api = api.rstrip("/")
         self.cpu = cpu or CpuMeter()
+        self.probes = probes
         self.warmup = warmup  # concurrent warm-up chats per tenant and mode
         self.admin = {"Authorization": f"Bearer {admin_key}"}
         self.max_tokens = max_tokens
@@ -261,7 +270,7 @@ class ServeBench:
 
         print(f"serve users={n} k={k} {mode} started", flush=True)  # a profiler's cue
         prober = asyncio.ensure_future(health())
-        await measure_cell(cell, self.cpu, [user(u) for u in range(n)])
+        await measure_cell(cell, self.cpu, [user(u) for u in range(n)], self.probes)
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])
@@ -293,5 +302,6 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "busiest_process_cores": c.busiest_process,
             "busiest_process_name": c.busiest_name,
             "client_loop_lag_ms": _summary(c.loop_lag_ms),
+            "server_loops": c.server_loops,
         })  # fmt: skip
     return rows

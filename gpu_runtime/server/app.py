@@ -124,11 +124,13 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         metrics.observe_gc_pauses()
+        watching = asyncio.create_task(metrics.watch_event_loop())
         starting = asyncio.ensure_future(_start_engine(state))
         try:
             yield
         finally:
             starting.cancel()
+            watching.cancel()
             if state.runtime is not None:
                 state.runtime.shutdown()
 

@@ -3,6 +3,7 @@ latency, which live in the worker processes and are fetched when Prometheus scra
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import time
 from typing import Any
@@ -29,7 +30,23 @@ GC_PAUSE = Histogram(
     "event loop and its streams)", ["generation"],
     buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1), registry=REGISTRY,
 )  # fmt: skip
+EVENT_LOOP_LAG = Histogram(
+    "inferscale_runtime_event_loop_lag_seconds",
+    "How late the runtime's event loop woke a task that slept (every 50 ms): time every stream, "
+    "embedding and request waited for the loop",
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=REGISTRY,
+)  # fmt: skip
+LOOP_PROBE_S = 0.05
 _gc_started: list[float] = []
+
+
+async def watch_event_loop() -> None:
+    """Runs for the process's life: each wake-up's delay past its due time, in EVENT_LOOP_LAG."""
+    loop = asyncio.get_running_loop()
+    while True:
+        due = loop.time() + LOOP_PROBE_S
+        await asyncio.sleep(LOOP_PROBE_S)
+        EVENT_LOOP_LAG.observe(max(0.0, loop.time() - due))
 
 
 def _time_collection(phase: str, info: dict[str, int]) -> None:

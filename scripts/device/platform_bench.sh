@@ -51,7 +51,7 @@ res=/opt/platform/results/${1:-none}   # everything, returned as one tarball ($O
 mkdir -p "$res"
 bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,100}"
        --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16
-       --pid-dir /opt/platform)  # each cell's CPU split by service (bench/serve/host_cpu.py)
+       --pid-dir /opt/platform --runtime-url http://127.0.0.1:8100)  # CPU by service, loops
 [ "${PEER:-1}" = 1 ] && bench+=(--peer-url http://127.0.0.1:8011 --peer-model peer)
 
 # PYSPY=S (serve): py-spy records S seconds of the runtime (its engine core too) and the bench
