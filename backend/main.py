@@ -30,6 +30,7 @@ from backend.api.routes import (
 from backend.core.config import Settings, get_settings
 from backend.resources import Resources
 from backend.runtime.client import EngineClient
+from gpu_runtime.client.process_probes import watch_event_loop
 
 
 def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> FastAPI:
@@ -43,8 +44,8 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
             gc.collect()
             gc.freeze()
         resources.engine.bind_loop(asyncio.get_running_loop())
-        metrics.observe_gc_pauses()
-        watching = asyncio.create_task(metrics.watch_event_loop())
+        metrics.GC_PAUSES.install()
+        watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
         yield
         watching.cancel()
         await resources.engine.aclose()  # the streaming sessions of this event loop

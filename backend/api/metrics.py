@@ -9,12 +9,11 @@ process's (those of a process that exited included, so counters never go back).
 
 from __future__ import annotations
 
-import asyncio
-import gc
 import os
-import time
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+
+from gpu_runtime.client.process_probes import GC_BUCKETS, LAG_BUCKETS, GcPauses
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
 
@@ -43,36 +42,13 @@ EVENT_LOOP_LAG = Histogram(
     "inferscale_api_event_loop_lag_seconds",
     "How late the API process's event loop woke a task that slept (every 50 ms): time its "
     "streams and requests waited for the loop",
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1),
+    buckets=LAG_BUCKETS,
 )
 GC_PAUSE = Histogram(
     "inferscale_api_gc_pause_seconds", "The API process's garbage collections", ["generation"],
-    buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1),
+    buckets=GC_BUCKETS,
 )  # fmt: skip
-LOOP_PROBE_S = 0.05
-_gc_started: list[float] = []
-
-
-async def watch_event_loop() -> None:
-    """Runs for the process's life: each wake-up's delay past its due time, in EVENT_LOOP_LAG."""
-    loop = asyncio.get_running_loop()
-    while True:
-        due = loop.time() + LOOP_PROBE_S
-        await asyncio.sleep(LOOP_PROBE_S)
-        EVENT_LOOP_LAG.observe(max(0.0, loop.time() - due))
-
-
-def _time_collection(phase: str, info: dict[str, int]) -> None:
-    if phase == "start":
-        _gc_started[:] = [time.perf_counter()]
-    elif _gc_started:
-        GC_PAUSE.labels(str(info["generation"])).observe(time.perf_counter() - _gc_started[0])
-
-
-def observe_gc_pauses() -> None:
-    """Time every collection of this process from now on (once per process)."""
-    if _time_collection not in gc.callbacks:
-        gc.callbacks.append(_time_collection)
+GC_PAUSES = GcPauses(GC_PAUSE)
 
 
 def render() -> bytes:

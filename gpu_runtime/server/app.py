@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpu_runtime.client.process_probes import watch_event_loop
 from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
 from gpu_runtime.config import RuntimeSettings, cuda_available
 from gpu_runtime.query_embedder import QueryEmbedder
@@ -123,8 +124,8 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        metrics.observe_gc_pauses()
-        watching = asyncio.create_task(metrics.watch_event_loop())
+        metrics.GC_PAUSES.install()
+        watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
         starting = asyncio.ensure_future(_start_engine(state))
         try:
             yield

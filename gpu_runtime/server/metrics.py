@@ -3,13 +3,12 @@ latency, which live in the worker processes and are fetched when Prometheus scra
 
 from __future__ import annotations
 
-import asyncio
-import gc
-import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
+
+from gpu_runtime.client.process_probes import GC_BUCKETS, LAG_BUCKETS, GcPauses
 
 REGISTRY = CollectorRegistry()
 REQUESTS = Counter(
@@ -27,39 +26,14 @@ TOKENS = Counter(
 ENCODED = Counter("inferscale_runtime_encoded_facts_total", "Facts encoded", registry=REGISTRY)
 GC_PAUSE = Histogram(
     "inferscale_runtime_gc_pause_seconds", "The process's garbage collections (each stops the "
-    "event loop and its streams)", ["generation"],
-    buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1), registry=REGISTRY,
+    "event loop and its streams)", ["generation"], buckets=GC_BUCKETS, registry=REGISTRY,
 )  # fmt: skip
 EVENT_LOOP_LAG = Histogram(
     "inferscale_runtime_event_loop_lag_seconds",
     "How late the runtime's event loop woke a task that slept (every 50 ms): time every stream, "
-    "embedding and request waited for the loop",
-    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1), registry=REGISTRY,
+    "embedding and request waited for the loop", buckets=LAG_BUCKETS, registry=REGISTRY,
 )  # fmt: skip
-LOOP_PROBE_S = 0.05
-_gc_started: list[float] = []
-
-
-async def watch_event_loop() -> None:
-    """Runs for the process's life: each wake-up's delay past its due time, in EVENT_LOOP_LAG."""
-    loop = asyncio.get_running_loop()
-    while True:
-        due = loop.time() + LOOP_PROBE_S
-        await asyncio.sleep(LOOP_PROBE_S)
-        EVENT_LOOP_LAG.observe(max(0.0, loop.time() - due))
-
-
-def _time_collection(phase: str, info: dict[str, int]) -> None:
-    if phase == "start":
-        _gc_started[:] = [time.perf_counter()]
-    elif _gc_started:
-        GC_PAUSE.labels(str(info["generation"])).observe(time.perf_counter() - _gc_started[0])
-
-
-def observe_gc_pauses() -> None:
-    """Time every collection of this process from now on (once per process)."""
-    if _time_collection not in gc.callbacks:
-        gc.callbacks.append(_time_collection)
+GC_PAUSES = GcPauses(GC_PAUSE)
 
 
 def render(workers: list[dict[str, Any]], fairness: dict[str, dict[str, float]]) -> bytes:
