@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -30,7 +29,7 @@ from backend.api.routes import (
 from backend.core.config import Settings, get_settings
 from backend.resources import Resources
 from backend.runtime.client import EngineClient
-from gpu_runtime.client.process_probes import watch_event_loop
+from gpu_runtime.client.process_probes import freeze_start_up_heap, watch_event_loop
 
 
 def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> FastAPI:
@@ -41,13 +40,14 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         resources.warm_up()
         if settings.gc_freeze_at_start:  # config.py says why
-            gc.collect()
-            gc.freeze()
+            freeze_start_up_heap()
         resources.engine.bind_loop(asyncio.get_running_loop())
         metrics.GC_PAUSES.install()
         watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
-        yield
-        watching.cancel()
+        try:
+            yield
+        finally:
+            watching.cancel()
         await resources.engine.aclose()  # the streaming sessions of this event loop
 
     app = FastAPI(

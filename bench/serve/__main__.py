@@ -9,20 +9,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import platform
 from pathlib import Path
 
 
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
-
-
-def _freeze_heap() -> None:
-    """The client's own full collections over what it loaded (the SDKs, Mem0's store) kept out
-    of the measured TTFTs, the platform's and the peer's alike."""
-    gc.collect()
-    gc.freeze()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -70,12 +62,15 @@ def main(argv: list[str] | None = None) -> int:
     from bench.serve.loop_probes import LoopProbes
     from bench.serve.report import markdown, write
     from bench.serve.serve import ServeBench, to_rows
+    from gpu_runtime.client.process_probes import freeze_start_up_heap
 
     cpu = CpuMeter(sessions_of(args.pid_dir))
     probes = LoopProbes(args.api, args.runtime_url, settings.service_token)
     bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu, probes)
     bench.prepare(Path(args.conversation), tenants=args.tenants)
-    _freeze_heap()
+    # The client's own full collections over what it loaded (the SDKs, Mem0's store) kept out of
+    # the measured TTFTs, the platform's and the peer's alike.
+    freeze_start_up_heap()
     cells = asyncio.run(
         bench.run(_ints(args.users), _ints(args.ks), args.modes.split(","), args.requests_per_user)
     )
@@ -84,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
 
         peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens, cpu)
         peer.prepare(bench.facts(), bench.questions)
-        _freeze_heap()
+        freeze_start_up_heap()
         cells += asyncio.run(peer.run(_ints(args.users), _ints(args.ks), args.requests_per_user))
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
     result = {

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import logging
 import os
 import signal
@@ -14,7 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gpu_runtime.client.process_probes import watch_event_loop
+from gpu_runtime.client.process_probes import freeze_start_up_heap, watch_event_loop
 from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
 from gpu_runtime.config import RuntimeSettings, cuda_available
 from gpu_runtime.query_embedder import QueryEmbedder
@@ -59,8 +58,7 @@ async def _start_engine(state: ServerState) -> None:
         return
     await _fidelity_canary(state, runtime)
     if state.settings.gc_freeze_at_start:  # config.py says why
-        gc.collect()
-        gc.freeze()
+        freeze_start_up_heap()
     state.runtime = runtime
     logger.info("engine ready: workers %s", state.workers)
     while not runtime.dead:  # vLLM marks the engine errored for good when its core dies
