@@ -54,10 +54,17 @@ def main(argv: list[str] | None = None) -> int:
         help="the runtime's internal API (its service token from the settings): each cell also "
         "reports how late its event loop ran, beside the API's (bench/serve/loop_probes.py)",
     )
+    parser.add_argument(
+        "--client-processes", type=int, default=1,
+        help="spread each cell's users over this many client processes (1: the bench's own), so "
+        "that one Python process driving every stream is not what bounds the cell "
+        "(bench/serve/clients.py); the peer's cells alike",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     import httpx
 
+    from bench.serve.clients import ClientProcesses
     from bench.serve.host_cpu import CpuMeter, sessions_of
     from bench.serve.loop_probes import LoopProbes
     from bench.serve.report import markdown, write
@@ -66,7 +73,13 @@ def main(argv: list[str] | None = None) -> int:
 
     cpu = CpuMeter(sessions_of(args.pid_dir))
     probes = LoopProbes(args.api, args.runtime_url, settings.service_token)
-    bench = ServeBench(args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu, probes)
+
+    def clients() -> ClientProcesses | None:
+        return ClientProcesses(args.client_processes) if args.client_processes > 1 else None
+
+    bench = ServeBench(
+        args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu, probes, clients()
+    )
     bench.prepare(Path(args.conversation), tenants=args.tenants)
     # The client's own full collections over what it loaded (the SDKs, Mem0's store) kept out of
     # the measured TTFTs, the platform's and the peer's alike.
@@ -77,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.peer_url:
         from bench.serve.peer import PeerBench
 
-        peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens, cpu)
+        peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens, cpu, clients())
         peer.prepare(bench.facts(), bench.questions)
         freeze_start_up_heap()
         cells += asyncio.run(peer.run(_ints(args.users), _ints(args.ks), args.requests_per_user))
@@ -86,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",
         "api": args.api, "readyz": ready, "max_tokens": args.max_tokens,
         "requests_per_user": args.requests_per_user, "tenants": args.tenants,
+        "client_processes": args.client_processes,
         "imports": bench.imports,
         "peer": {"url": args.peer_url, "model": args.peer_model} if args.peer_url else None,
         "cells": to_rows(cells),

@@ -27,8 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench.serve.chats import platform_chat, sdks_for
 from bench.serve.host_cpu import proc_stat
-from bench.serve.serve import PARTS, ServeBench, http_client
+from bench.serve.serve import PARTS, ServeBench
 
 
 def cpu_seconds(pid: int) -> float:
@@ -58,16 +59,12 @@ async def measure(
     bench: ServeBench, pid: int, mode: str, k: int, chats: int, idle_s: float = 10.0,
     runtime_pid: int | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    import openai
-
     meters: dict[str, Callable[[], float]] = {"api": lambda: cpu_seconds(pid)}
     if runtime_pid is not None:
         meters["runtime"] = lambda: runtime_cpu_seconds(runtime_pid)
 
-    sdk = openai.AsyncOpenAI(
-        api_key=bench.keys[0], base_url=f"{bench.api}/v1", max_retries=0,
-        http_client=http_client(),
-    )  # fmt: skip
+    workload = bench.workload(mode, k, chats)
+    sdk = sdks_for(workload)[0]
     try:
         await bench.warm_up([sdk], [mode], k)  # the user's index, the facts' tokens
         # What each burns doing nothing (threads' timers, probes): taken off per second.
@@ -76,7 +73,7 @@ async def measure(
         idled = time.perf_counter() - t0
         idle_rate = {n: (m() - idle0[n]) / idled for n, m in meters.items()}
         cpu0, wall0 = {n: m() for n, m in meters.items()}, time.perf_counter()
-        samples = [await bench._chat(sdk, mode, k, i) for i in range(chats)]
+        samples = [await platform_chat(sdk, workload, i) for i in range(chats)]
         cpu1, wall1 = {n: m() for n, m in meters.items()}, time.perf_counter()
     finally:
         await sdk.close()

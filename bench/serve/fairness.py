@@ -18,7 +18,8 @@ from typing import Any
 
 import httpx
 
-from bench.serve.serve import _summary, http_client
+from bench.serve.chats import http_client
+from bench.serve.serve import _summary
 
 FACTS = [
     "The user's locker code is 4417.", "The user's favourite colour is teal.",

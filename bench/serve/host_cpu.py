@@ -33,11 +33,14 @@ def sessions_of(pid_dir: Path | None) -> dict[int, str]:
     return found
 
 
-def _group(pid: int, comm: str, session: int, sessions: dict[int, str]) -> str:
-    if pid == os.getpid():
+def _group(stat: ProcStat, pid: int, sessions: dict[int, str]) -> str:
+    """A service by its session; else the bench's own process and the client processes it
+    started (``clients.py``) are the client."""
+    if pid != os.getpid() and stat.session in sessions:
+        return sessions[stat.session]
+    if os.getpid() in (pid, stat.parent):
         return CLIENT
-    if session in sessions:
-        return sessions[session]
+    comm = stat.name
     if comm.startswith("postgres"):
         return "postgres"
     if comm.startswith("redis"):
@@ -51,6 +54,7 @@ class ProcStat:
 
     name: str  # its comm (15 characters at most)
     session: int
+    parent: int
     cpu_s: float  # user + system since it started
 
 
@@ -63,7 +67,7 @@ def proc_stat(pid: int | str) -> ProcStat | None:
     fields = raw.rsplit(")", 1)[1].split()  # after the name: state ppid pgrp session ...
     ticks = int(fields[11]) + int(fields[12])  # utime, stime
     name = raw[raw.index("(") + 1 : raw.rindex(")")]
-    return ProcStat(name, int(fields[3]), ticks / os.sysconf("SC_CLK_TCK"))
+    return ProcStat(name, int(fields[3]), int(fields[1]), ticks / os.sysconf("SC_CLK_TCK"))
 
 
 def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, str, float]]:
@@ -71,7 +75,7 @@ def cpu_by_process(sessions: dict[int, str]) -> dict[int, tuple[str, str, float]
     found: dict[int, tuple[str, str, float]] = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit() and (stat := proc_stat(entry.name)) is not None:
-            group = _group(int(entry.name), stat.name, stat.session, sessions)
+            group = _group(stat, int(entry.name), sessions)
             found[int(entry.name)] = (group, stat.name, stat.cpu_s)
     return found
 

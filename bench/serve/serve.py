@@ -1,7 +1,8 @@
 """``inferscale bench serve``: TTFT as a tenant's app sees it, through the API.
 
-N concurrent streaming clients of the official OpenAI SDK (its aiohttp transport) ask LoCoMo
-questions of one user whose conversation was imported and encoded through the platform (real
+N concurrent streaming clients of the official OpenAI SDK (its aiohttp transport), in the
+bench's process or spread over client processes (``clients.py``), ask LoCoMo questions of one
+user whose conversation was imported and encoded through the platform (real
 Postgres, MiniLM + FAISS retrieval, the runtime). Per cell (users, k, mode):
 
 * the client's TTFT (request sent -> first content token), the runtime's own TTFT, requests/s,
@@ -21,27 +22,21 @@ import statistics
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.serve.chats import Outcome, Sample, Workload, platform_chat, run_users, sdks_for
+from bench.serve.clients import ClientProcesses
 from bench.serve.host_cpu import CpuMeter
 from bench.serve.loop_lag import LoopLag
 from bench.serve.loop_probes import LoopProbes
 
 PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", "engine_ttft",
          "client_api_hops")  # fmt: skip
-
-
-@dataclass
-class Sample:
-    client_ttft_ms: float
-    parts: dict[str, float]
-    query_embedded_on: str | None = None  # "runtime" | "api" | None (no search)
-    content_chunks: int = 0  # SSE chunks that carried text: fewer than tokens when bursts merge
 
 
 @dataclass
@@ -62,33 +57,37 @@ class Cell:
 
 
 async def measure_cell(
-    cell: Cell, cpu: CpuMeter, users: list[Awaitable[None]], probes: LoopProbes | None = None
+    cell: Cell,
+    cpu: CpuMeter,
+    workload: Workload,
+    drive: Callable[[], Awaitable[Outcome]],
+    probes: LoopProbes | None = None,
+    clients: ClientProcesses | None = None,
 ) -> None:
-    """Run the cell's users side by side; record its wall time, the host's CPU by service
-    meanwhile (bench/serve/host_cpu.py), the client's loop lag (bench/serve/loop_lag.py) and
+    """Run the cell's users (each does ``workload``): in this process (``drive``), or spread
+    over ``clients``; record the outcome, the cell's wall time, the host's CPU by service
+    meanwhile (bench/serve/host_cpu.py), the clients' loop lag (bench/serve/loop_lag.py) and
     the servers' (bench/serve/loop_probes.py)."""
     before = probes.snapshot() if probes is not None else None
     cpu.start()
-    started = time.perf_counter()
-    async with LoopLag() as lag:
-        await asyncio.gather(*users)
-    cell.seconds = time.perf_counter() - started
-    cell.loop_lag_ms = lag.ms
+    if clients is not None:
+        shares, started = await asyncio.to_thread(clients.run, workload, cell.users)
+        outcome = Outcome()
+        for share in shares:
+            outcome.add(share.outcome)
+            cell.loop_lag_ms += share.loop_lag_ms
+        cell.seconds = max(share.ended for share in shares) - started
+    else:
+        started = time.perf_counter()
+        async with LoopLag() as lag:
+            outcome = await drive()
+        cell.seconds = time.perf_counter() - started
+        cell.loop_lag_ms = lag.ms
     cell.cpu_cores = cpu.stop()
+    cell.samples, cell.failures, cell.errors = outcome.samples, outcome.failures, outcome.errors
     cell.busiest_process, cell.busiest_name = cpu.busiest, cpu.busiest_name
     if probes is not None and before is not None:
         cell.server_loops = probes.cell(before, probes.snapshot())
-
-
-def http_client() -> Any:
-    """The OpenAI SDK's aiohttp transport (many concurrent streams, little overhead) where its
-    extra is installed, else its default httpx one."""
-    import openai
-
-    try:
-        return openai.DefaultAioHttpClient(timeout=600)
-    except RuntimeError:  # no `openai[aiohttp]`
-        return openai.DefaultAsyncHttpxClient(timeout=600)
 
 
 def _summary(values: list[float]) -> dict[str, float]:
@@ -99,22 +98,14 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(ordered), "p95": p95, "max": ordered[-1], "n": len(ordered)}
 
 
-def _parts(extension: dict[str, Any], client_ttft: float) -> dict[str, float]:
-    t = extension.get("timings_ms") or {}
-    parts = {name: float(t.get(name, 0.0)) for name in ("auth_db", "embed", "search", "compose",
-                                                         "commit", "engine_ttft")}  # fmt: skip
-    parts["api_runtime_hops"] = float(t.get("runtime_first_token", 0.0)) - parts["engine_ttft"]
-    server = sum(parts[n] for n in ("auth_db", "embed", "search", "compose", "commit"))
-    parts["client_api_hops"] = client_ttft - server - float(t.get("runtime_first_token", 0.0))
-    return parts
-
-
 class ServeBench:
     def __init__(
         self, api: str, admin_key: str, max_tokens: int = 16, warmup: int = 1,
         cpu: CpuMeter | None = None, probes: LoopProbes | None = None,
+        clients: ClientProcesses | None = None,
     ) -> None:  # fmt: skip
         self.api = api.rstrip("/")
+        self.clients = clients  # users spread over client processes (cells of 2+ users)
         self.cpu = cpu or CpuMeter()
         self.probes = probes
         self.warmup = warmup  # concurrent warm-up chats per tenant and mode
@@ -186,15 +177,15 @@ class ServeBench:
         raise TimeoutError(f"job {job_id} did not finish")
 
     # ---- measuring --------------------------------------------------------------------------
+    def workload(self, mode: str, k: int, per_user: int) -> Workload:
+        return Workload(
+            self.api, tuple(self.keys), tuple(self.questions), self.max_tokens, mode, k, per_user
+        )
+
     async def run(
         self, users: list[int], ks: list[int], modes: list[str], per_user: int
     ) -> list[Cell]:
-        import openai
-
-        sdks = [openai.AsyncOpenAI(
-            api_key=key, base_url=f"{self.api}/v1", max_retries=0,
-            http_client=http_client(),
-        ) for key in self.keys]  # fmt: skip
+        sdks = sdks_for(self.workload(modes[0], 0, per_user))
         try:
             async with httpx.AsyncClient(base_url=self.api, timeout=30) as probe:
                 await self.warm_up(sdks, modes, max(ks))
@@ -207,6 +198,8 @@ class ServeBench:
         finally:
             for sdk in sdks:
                 await sdk.close()
+            if self.clients is not None:
+                self.clients.close()
 
     async def warm_up(self, sdks: list[Any], modes: list[str], k: int) -> None:
         """Steady state before the first cell: ``warmup`` concurrent chats per tenant and mode,
@@ -217,37 +210,16 @@ class ServeBench:
         was 3.8 ms at 1 user against 1.1 in the hybrid cell after it, 50 facts' tokenization)."""
         for sdk in sdks:
             for mode in modes:
+                workload = self.workload(mode, max(k, 1), 1)
                 await asyncio.gather(*(
-                    self._chat(sdk, mode, max(k, 1), i) for i in range(self.warmup)
+                    platform_chat(sdk, workload, i) for i in range(self.warmup)
                 ))  # fmt: skip
-
-    async def _chat(self, sdk: Any, mode: str, k: int, index: int) -> Sample:
-        question = self.questions[index % len(self.questions)]
-        sent = time.perf_counter()
-        first: float | None = None
-        extension: dict[str, Any] = {}
-        chunks = 0
-        stream = await sdk.chat.completions.create(
-            model="inferscale", user="bench-user", stream=True, temperature=0,
-            max_tokens=self.max_tokens, messages=[{"role": "user", "content": question}],
-            extra_body={"memory": {"mode": mode, "top_k": k}},
-        )  # fmt: skip
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].delta.content:
-                first = first or time.perf_counter()
-                chunks += 1
-            extra = chunk.model_extra or {}
-            if "inferscale" in extra:
-                extension = extra["inferscale"]
-        first = first or time.perf_counter()
-        ttft = (first - sent) * 1000
-        embedded_on = extension.get("query_embedded_on")
-        return Sample(ttft, _parts(extension, ttft), embedded_on, content_chunks=chunks)
 
     async def _cell(
         self, sdks: list[Any], probe: httpx.AsyncClient, n: int, k: int, mode: str, per_user: int
     ) -> Cell:
         cell = Cell(n, k, mode)
+        workload = self.workload(mode, k, per_user)
         running = True
 
         async def health() -> None:
@@ -258,19 +230,13 @@ class ServeBench:
                     cell.health_ms.append((time.perf_counter() - started) * 1000)
                 await asyncio.sleep(0.02)
 
-        async def user(u: int) -> None:
-            for r in range(per_user):
-                try:
-                    sdk = sdks[u % len(sdks)]
-                    cell.samples.append(await self._chat(sdk, mode, k, u * per_user + r))
-                except Exception as exc:
-                    cell.failures += 1
-                    kind = f"{type(exc).__name__}: {str(exc)[:120]}"
-                    cell.errors[kind] = cell.errors.get(kind, 0) + 1
-
         print(f"serve users={n} k={k} {mode} started", flush=True)  # a profiler's cue
         prober = asyncio.ensure_future(health())
-        await measure_cell(cell, self.cpu, [user(u) for u in range(n)], self.probes)
+        clients = self.clients if n > 1 else None  # one user needs no more than one process
+        await measure_cell(
+            cell, self.cpu, workload, lambda: run_users(workload, list(range(n)), sdks),
+            self.probes, clients,
+        )  # fmt: skip
         running = False
         await prober
         ttft = _summary([s.client_ttft_ms for s in cell.samples])

@@ -14,7 +14,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from bench.serve.peer import PEER_PARTS, PeerBench, messages_for
+from bench.serve.chats import messages_for
+from bench.serve.clients import ClientProcesses
+from bench.serve.peer import PEER_PARTS, PeerBench
 from bench.serve.report import markdown
 from bench.serve.serve import to_rows
 from gpu_runtime.client.composer import FACTS_HEADER
@@ -63,7 +65,8 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_the_peer_retrieves_with_mem0_and_answers_through_vllms_server(vllm_server: str) -> None:
-    peer = PeerBench(vllm_server, "peer", max_tokens=4)
+    # Cells of 2 users run in two client processes, each with its own Mem0 over the same store.
+    peer = PeerBench(vllm_server, "peer", max_tokens=4, clients=ClientProcesses(2))
     peer.prepare(FACTS, ["What did Melanie paint?", "When did Caroline go to the group?"],
                  log=lambda _: None)  # fmt: skip
     cells = asyncio.run(peer.run([1, 2], [0, 2], per_user=1))

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from bench.serve.clients import ClientProcesses
 from bench.serve.report import write
 from bench.serve.serve import PARTS, ServeBench, to_rows
 from tests.support import ADMIN_KEY, locomo_opening
@@ -19,7 +20,8 @@ pytestmark = pytest.mark.broker
 def test_serve_bench_measures_ttft_parts_and_health(
     served_api: str, celery_worker_process: Any, tmp_path: Path
 ) -> None:
-    bench = ServeBench(served_api, ADMIN_KEY, max_tokens=4)
+    # Cells of 2 users run in two client processes (bench/serve/clients.py), of 1 in this one.
+    bench = ServeBench(served_api, ADMIN_KEY, max_tokens=4, clients=ClientProcesses(2))
     bench.prepare(locomo_opening(tmp_path / "opening.json"), log=lambda _: None, tenants=2)
     assert len(bench.keys) == 2  # users alternate between two tenants
     cells = asyncio.run(bench.run([1, 2], [0, 2], ["kv", "prompt"], per_user=1))
@@ -37,7 +39,7 @@ def test_serve_bench_measures_ttft_parts_and_health(
         assert 1 <= r["content_chunks_per_chat"]["median"] <= 4  # 4 tokens, merged or not
         cores = r["cpu_cores"]  # the client at least worked; no process is busier than the host
         assert cores["bench client"] > 0 and cores["host busy"] <= cores["host"]
-        assert r["client_loop_lag_ms"]["n"] > 0  # the client's loop was probed too
+        assert r["client_loop_lag_ms"]["n"] > 0  # the clients' loops were probed too
         where = r["query_embedded_on"]  # k=0 searches nothing; else each query says where
         assert (
             where == {"None": r["users"]}
