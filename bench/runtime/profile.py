@@ -28,7 +28,7 @@ from typing import Any
 from bench.runtime.measure import request_for, summary, timed
 from bench.runtime.workload import Workload
 from gpu_runtime.client import protocol as p
-from gpu_runtime.connector.timing import SCHEDULER_HOOKS, WORKER_HOOKS
+from gpu_runtime.connector.timing import LOAD_SECTIONS, SCHEDULER_HOOKS, WORKER_HOOKS
 
 PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
          "engine_rest")  # fmt: skip
@@ -43,7 +43,7 @@ def worker_hook_ms(trace: p.TraceResult) -> dict[str, float]:
     out: dict[str, float] = {}
     for worker in trace.workers:
         for name, row in worker.get("hooks", {}).items():
-            if name in WORKER_HOOKS:
+            if name in WORKER_HOOKS or name in LOAD_SECTIONS:
                 out[name] = out.get(name, 0.0) + float(row["total_ms"])
     return out
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gpu_runtime.connector import timing
 from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.kernels import inject
@@ -138,14 +139,15 @@ class FusedLoader:
         self.release_completed()
         pins: list[tuple[TenantId, list[FactKey]]] = []
         pinned: list[PinnedFacts] = []
-        for load in loads:
-            keys = list(dict.fromkeys(piece.key for piece in load.pieces))
-            found = self.pool.acquire(load.tenant, keys)
-            if found is None:
-                self._unpin(pins)
-                return False
-            pins.append((load.tenant, keys))
-            pinned.append(found)
+        with timing.section("load_acquire"):
+            for load in loads:
+                keys = list(dict.fromkeys(piece.key for piece in load.pieces))
+                found = self.pool.acquire(load.tenant, keys)
+                if found is None:
+                    self._unpin(pins)
+                    return False
+                pins.append((load.tenant, keys))
+                pinned.append(found)
         kernel_format = {(self.shape.stored_dtype, self.shape.scaled)}
         if any(found.formats != kernel_format for found in pinned):
             # Facts stored in another format than the kernel reads: the PyTorch path converts
@@ -154,7 +156,8 @@ class FusedLoader:
             self._unpin(pins)
             return False
         try:
-            plan = self._plan(loads, pinned)
+            with timing.section("load_plan"):
+                plan = self._plan(loads, pinned)
         except Exception:
             self._unpin(pins)
             raise
@@ -169,7 +172,8 @@ class FusedLoader:
             self._stream.wait_stream(torch.cuda.current_stream(self.device))  # blocks now free
             self._launch_ahead(step, LOOKAHEAD_LAYERS)
         else:
-            self._run(step, 0, self.shape.n_layers)
+            with timing.section("load_launch"):
+                self._run(step, 0, self.shape.n_layers)
             step.launched = self.shape.n_layers
             self._finish(step)
         return True
@@ -277,7 +281,8 @@ class FusedLoader:
             raise ValueError("a position change is beyond the RoPE table")
         facts = np.concatenate(fact_rows) if fact_rows else np.empty((0, 3), np.int64)
         slabs = np.concatenate(slab_tables) if slab_tables else np.empty(0, np.int64)
-        packed, offsets = self._upload([tokens.ravel(), facts.ravel(), slabs])
+        with timing.section("load_upload"):
+            packed, offsets = self._upload([tokens.ravel(), facts.ravel(), slabs])
         return (
             packed[offsets[0] : offsets[0] + tokens.size].view(-1, inject.TOKEN_FIELDS),
             packed[offsets[1] : offsets[1] + facts.size].view(-1, inject.FACT_FIELDS),

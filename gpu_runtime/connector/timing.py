@@ -26,6 +26,9 @@ SCHEDULER_HOOKS = (
     "request_finished",
 )
 WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
+# Sections inside ``start_load_kv`` on the fused path (``fused.py``), reported beside the hooks
+# but not added to them: pinning the facts, planning the tables, uploading them, the launch.
+LOAD_SECTIONS = ("load_acquire", "load_plan", "load_upload", "load_launch")
 ENABLED = os.environ.get("INFERSCALE_TRACE_CONNECTOR") == "1"
 _totals: dict[str, list[float]] = {}  # hook -> [calls, seconds]
 _lock = threading.Lock()
@@ -42,15 +45,48 @@ def timed(name: str) -> Callable[[F], F]:
             try:
                 return fn(*args, **kwargs)
             finally:
-                elapsed = time.perf_counter() - started
-                with _lock:
-                    total = _totals.setdefault(name, [0, 0.0])
-                    total[0] += 1
-                    total[1] += elapsed
+                _add(name, time.perf_counter() - started)
 
         return run  # type: ignore[return-value]
 
     return wrap
+
+
+class _Section:
+    __slots__ = ("name", "started")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.started = 0.0
+
+    def __enter__(self) -> None:
+        self.started = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        _add(self.name, time.perf_counter() - self.started)
+
+
+class _Untimed:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_UNTIMED = _Untimed()
+
+
+def section(name: str) -> _Section | _Untimed:
+    """``with section(name):`` times a block as ``timed`` times a hook (nothing when off)."""
+    return _Section(name) if ENABLED else _UNTIMED
+
+
+def _add(name: str, elapsed: float) -> None:
+    with _lock:
+        total = _totals.setdefault(name, [0, 0.0])
+        total[0] += 1
+        total[1] += elapsed
 
 
 def reset(names: tuple[str, ...] | None = None) -> None:

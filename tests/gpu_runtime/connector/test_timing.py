@@ -34,3 +34,18 @@ def test_enabled_timing_counts_calls_and_time(monkeypatch: pytest.MonkeyPatch) -
     assert row["calls"] == 2 and row["total_ms"] >= 10.0
     timing.reset()
     assert timing.snapshot() == {}
+
+
+def test_a_section_is_timed_only_when_enabled(monkeypatch: pytest.MonkeyPatch) -> None:
+    timing.reset()
+    monkeypatch.setattr(timing, "ENABLED", False)
+    with timing.section("load_plan"):
+        time.sleep(0.005)
+    assert timing.snapshot() == {}
+    monkeypatch.setattr(timing, "ENABLED", True)
+    for _ in range(2):
+        with timing.section("load_plan"):
+            time.sleep(0.005)
+    row = timing.snapshot()["load_plan"]
+    assert row["calls"] == 2 and row["total_ms"] >= 10.0
+    timing.reset()
