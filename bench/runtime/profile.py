@@ -28,7 +28,13 @@ from typing import Any
 from bench.runtime.measure import request_for, summary, timed
 from bench.runtime.workload import Workload
 from gpu_runtime.client import protocol as p
-from gpu_runtime.connector.timing import LOAD_SECTIONS, SCHEDULER_HOOKS, WORKER_HOOKS
+from gpu_runtime.connector.timing import (
+    CLAIM_SECTIONS,
+    CPU_SUFFIX,
+    LOAD_SECTIONS,
+    SCHEDULER_HOOKS,
+    WORKER_HOOKS,
+)
 
 PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
          "engine_rest")  # fmt: skip
@@ -45,13 +51,17 @@ def worker_hook_ms(trace: p.TraceResult) -> dict[str, float]:
         for name, row in worker.get("hooks", {}).items():
             if name in WORKER_HOOKS or name in LOAD_SECTIONS:
                 out[name] = out.get(name, 0.0) + float(row["total_ms"])
+                cpu = name + CPU_SUFFIX
+                out[cpu] = out.get(cpu, 0.0) + float(row.get("cpu_ms", 0.0))
     return out
 
 
 def scheduler_hook_ms(now: dict[str, float], before: dict[str, float]) -> dict[str, float]:
     """One request's scheduler-half hooks (ms): the engine core's cumulative totals at its end
     less those at the previous request's end (sequential requests: nothing else ran between)."""
-    return {name: now[name] - before.get(name, 0.0) for name in SCHEDULER_HOOKS if name in now}
+    names = [*SCHEDULER_HOOKS, *CLAIM_SECTIONS]
+    names += [name + CPU_SUFFIX for name in names]
+    return {name: now[name] - before.get(name, 0.0) for name in names if name in now}
 
 
 def split(client_ttft: float, engine_ttft: float, hooks: dict[str, float]) -> dict[str, float]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable
 
+from gpu_runtime.connector import timing
 from gpu_runtime.connector.metadata import WorkerReport
 from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.store.base import StoredFactsView
@@ -38,6 +39,10 @@ class FactCatalog:
 
     def available(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool:
         """Every key is stored (for ``tenant``; a key of another tenant is an error)."""
+        with timing.section("claim_available"):
+            return self._available(tenant, keys)
+
+    def _available(self, tenant: TenantId, keys: Iterable[FactKey]) -> bool:
         wanted = list(keys)
         name = tenant.value
         for key in wanted:

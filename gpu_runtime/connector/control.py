@@ -142,5 +142,5 @@ class WorkerRpc:
         totals show here too (``timing.SCHEDULER_HOOKS``)."""
         hooks = timing.snapshot()
         if reset:
-            timing.reset(timing.WORKER_HOOKS)
+            timing.reset(timing.WORKER_HOOKS + timing.LOAD_SECTIONS)
         return {"enabled": timing.ENABLED, "pid": os.getpid(), "hooks": hooks}

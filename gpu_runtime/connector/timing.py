@@ -29,8 +29,14 @@ WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
 # Sections inside ``start_load_kv`` on the fused path (``fused.py``), reported beside the hooks
 # but not added to them: pinning the facts, planning the tables, uploading them, the launch.
 LOAD_SECTIONS = ("load_acquire", "load_plan", "load_upload", "load_launch")
+# Sections inside ``get_num_new_matched_tokens``: decoding the request's wire parameters, and
+# asking the catalog whether every fact is stored.
+CLAIM_SECTIONS = ("claim_decode", "claim_available")
+# Each name is also reported with this suffix: the calling thread's own CPU time over the same
+# spans. Wall time well above it is time spent waiting (the GIL, a lock, I/O), not computing.
+CPU_SUFFIX = ".cpu"
 ENABLED = os.environ.get("INFERSCALE_TRACE_CONNECTOR") == "1"
-_totals: dict[str, list[float]] = {}  # hook -> [calls, seconds]
+_totals: dict[str, list[float]] = {}  # name -> [calls, wall seconds, thread CPU seconds]
 _lock = threading.Lock()
 
 
@@ -41,11 +47,11 @@ def timed(name: str) -> Callable[[F], F]:
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
             finally:
-                _add(name, time.perf_counter() - started)
+                _add(name, time.perf_counter() - started, time.thread_time() - cpu)
 
         return run  # type: ignore[return-value]
 
@@ -53,17 +59,17 @@ def timed(name: str) -> Callable[[F], F]:
 
 
 class _Section:
-    __slots__ = ("name", "started")
+    __slots__ = ("cpu", "name", "started")
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.started = 0.0
+        self.started = self.cpu = 0.0
 
     def __enter__(self) -> None:
-        self.started = time.perf_counter()
+        self.started, self.cpu = time.perf_counter(), time.thread_time()
 
     def __exit__(self, *exc: object) -> None:
-        _add(self.name, time.perf_counter() - self.started)
+        _add(self.name, time.perf_counter() - self.started, time.thread_time() - self.cpu)
 
 
 class _Untimed:
@@ -82,11 +88,12 @@ def section(name: str) -> _Section | _Untimed:
     return _Section(name) if ENABLED else _UNTIMED
 
 
-def _add(name: str, elapsed: float) -> None:
+def _add(name: str, elapsed: float, cpu: float) -> None:
     with _lock:
-        total = _totals.setdefault(name, [0, 0.0])
+        total = _totals.setdefault(name, [0, 0.0, 0.0])
         total[0] += 1
         total[1] += elapsed
+        total[2] += cpu
 
 
 def reset(names: tuple[str, ...] | None = None) -> None:
@@ -97,9 +104,15 @@ def reset(names: tuple[str, ...] | None = None) -> None:
 
 
 def snapshot() -> dict[str, dict[str, float]]:
-    """Per hook: calls, total ms and mean µs per call since the last ``reset``."""
+    """Per name: calls, total ms, mean µs per call and the thread's CPU ms since the last
+    ``reset``."""
     with _lock:
         return {
-            name: {"calls": calls, "total_ms": secs * 1e3, "mean_us": secs * 1e6 / max(calls, 1)}
-            for name, (calls, secs) in sorted(_totals.items())
+            name: {
+                "calls": calls,
+                "total_ms": secs * 1e3,
+                "mean_us": secs * 1e6 / max(calls, 1),
+                "cpu_ms": cpu * 1e3,
+            }
+            for name, (calls, secs, cpu) in sorted(_totals.items())
         }

@@ -298,7 +298,8 @@ class InferScaleConnector(KVConnectorBase_V1):
         self, request: Any, num_computed_tokens: int
     ) -> tuple[int, bool]:
         assert self._scheduler is not None
-        params = self._params(request.request_id, lambda: params_of_request(request))
+        with timing.section("claim_decode"):
+            params = self._params(request.request_id, lambda: params_of_request(request))
         n = self._scheduler.num_new_matched_tokens(
             params, num_computed_tokens, len(request.prompt_token_ids)
         )
@@ -352,7 +353,11 @@ class InferScaleConnector(KVConnectorBase_V1):
         injected = self._scheduler.finished(request.request_id)
         ours: dict[str, Any] = {"injected": injected} if injected is not None else {}
         if timing.ENABLED:
-            ours["trace_ms"] = {name: row["total_ms"] for name, row in timing.snapshot().items()}
+            rows = timing.snapshot().items()
+            ours["trace_ms"] = {
+                **{name: row["total_ms"] for name, row in rows},
+                **{name + timing.CPU_SUFFIX: row["cpu_ms"] for name, row in rows},
+            }
         return False, ({WIRE_KEY: ours} if ours else None)
 
 

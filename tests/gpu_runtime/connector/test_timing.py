@@ -49,3 +49,18 @@ def test_a_section_is_timed_only_when_enabled(monkeypatch: pytest.MonkeyPatch) -
     row = timing.snapshot()["load_plan"]
     assert row["calls"] == 2 and row["total_ms"] >= 10.0
     timing.reset()
+
+
+def test_the_threads_cpu_time_tells_waiting_from_computing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(timing, "ENABLED", True)
+    timing.reset()
+    with timing.section("waiting"):
+        time.sleep(0.02)
+    with timing.section("computing"):
+        end = time.perf_counter() + 0.02
+        while time.perf_counter() < end:
+            pass
+    rows = timing.snapshot()
+    assert rows["waiting"]["total_ms"] >= 20.0 and rows["waiting"]["cpu_ms"] < 5.0
+    assert rows["computing"]["cpu_ms"] >= 0.5 * rows["computing"]["total_ms"]
+    timing.reset()
