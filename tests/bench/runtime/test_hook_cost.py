@@ -1,0 +1,18 @@
+"""The connector's per-request Python microbench (``bench/runtime/hook_cost.py``) runs its three
+paths over a real pool, durable index and catalog, warm and cold, so it cannot rot. No speed is
+asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.runtime.hook_cost import measure
+
+pytestmark = pytest.mark.unit
+
+
+def test_every_path_is_timed_warm_and_cold() -> None:
+    paths = measure(k=5, repeats=3)
+    assert set(paths) == {"decode", "claim", "acquire_release"}
+    for row in paths.values():
+        assert row["warm_us"] > 0 and row["cold_us"] > 0
