@@ -53,9 +53,11 @@ bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,10
        --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16
        --pid-dir /opt/platform --runtime-url http://127.0.0.1:8100)  # CPU by service, loops
 [ "${PEER:-1}" = 1 ] && bench+=(--peer-url http://127.0.0.1:8011 --peer-model peer)
-# CLIENTS=N: each cell's users spread over N client processes, the peer's too
-# (bench/serve/clients.py: one Python process driving 100 streams was 0.8 of a core busy).
-[ -n "${CLIENTS:-}" ] && bench+=(--client-processes "$CLIENTS")
+# CLIENTS=N (default 4): each cell's users spread over N client processes, the peer's too
+# (bench/serve/clients.py). One process driving 100 streams bounded every 100-user cell before
+# run 14 (docs/benchmarks.md); CLIENTS=1 repeats those runs' client. On an H100, the peer's
+# client processes each load Mem0's embedder on the GPU: PEER_GPU_SHARE=0.34 leaves them room.
+bench+=(--client-processes "${CLIENTS:-4}")
 
 # PYSPY=S (serve): py-spy records S seconds of the runtime (its engine core too) and the bench
 # client, from 2 s into the first 100-user cell; raw stacks, read by `python -m
