@@ -21,7 +21,7 @@ from typing import Any
 
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER
 
-PEER_USER = "bench-user"
+BENCH_USER = "bench-user"  # whose memories every chat of the bench asks about
 
 
 @dataclass
@@ -114,7 +114,7 @@ async def platform_chat(sdk: Any, workload: Workload, index: int) -> Sample:
     extension: dict[str, Any] = {}
     chunks = 0
     stream = await sdk.chat.completions.create(
-        model=workload.model, user=PEER_USER, stream=True, temperature=0,
+        model=workload.model, user=BENCH_USER, stream=True, temperature=0,
         max_tokens=workload.max_tokens, messages=[{"role": "user", "content": question}],
         extra_body={"memory": {"mode": workload.mode, "top_k": workload.k}},
     )  # fmt: skip
@@ -168,7 +168,7 @@ async def peer_chat(sdk: Any, memory: Any, workload: Workload, index: int) -> Sa
     facts: list[str] = []
     if workload.k:
         found = await asyncio.to_thread(
-            memory.search, question, filters={"user_id": PEER_USER}, top_k=workload.k
+            memory.search, question, filters={"user_id": BENCH_USER}, top_k=workload.k
         )
         facts = [hit["memory"] for hit in found["results"]]
     searched = time.perf_counter()

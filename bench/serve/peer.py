@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.serve.chats import PEER_USER, Workload, open_memory, peer_chat, run_users, sdks_for
+from bench.serve.chats import BENCH_USER, Workload, open_memory, peer_chat, run_users, sdks_for
 from bench.serve.clients import ClientProcesses
 from bench.serve.host_cpu import CpuMeter
 from bench.serve.serve import Cell, _summary, measure_cell
@@ -44,7 +44,7 @@ class PeerBench:
         self.memory = open_memory(self.store)
         started = time.perf_counter()
         for fact in facts:
-            self.memory.add(fact, user_id=PEER_USER, infer=False)
+            self.memory.add(fact, user_id=BENCH_USER, infer=False)
         self.questions = questions
         log(f"peer: {len(facts)} facts added to Mem0 in {time.perf_counter() - started:.1f} s")
 

@@ -29,7 +29,15 @@ from typing import Any
 
 import httpx
 
-from bench.serve.chats import Outcome, Sample, Workload, platform_chat, run_users, sdks_for
+from bench.serve.chats import (
+    BENCH_USER,
+    Outcome,
+    Sample,
+    Workload,
+    platform_chat,
+    run_users,
+    sdks_for,
+)
 from bench.serve.clients import ClientProcesses
 from bench.serve.host_cpu import CpuMeter
 from bench.serve.loop_lag import LoopLag
@@ -130,7 +138,7 @@ class ServeBench:
         texts: list[str] = []
         while True:
             page = http.get("/v1/memories", headers=auth, params={
-                "user_id": "bench-user", "offset": len(texts), "limit": 500}).json()  # fmt: skip
+                "user_id": BENCH_USER, "offset": len(texts), "limit": 500}).json()  # fmt: skip
             texts += [m["memory"] for m in page["items"]]
             if len(texts) >= page["total"] or not page["items"]:
                 return texts
@@ -146,7 +154,7 @@ class ServeBench:
         self.questions = [str(q["question"]) for q in sample["qa"]]
         started = time.perf_counter()
         imported = http.post("/v1/conversations", headers=auth,
-                             json={"user_id": "bench-user", "locomo": sample})  # fmt: skip
+                             json={"user_id": BENCH_USER, "locomo": sample})  # fmt: skip
         imported.raise_for_status()
         ingest = self._wait(http, imported.json()["job_id"], auth)
         ingested = time.perf_counter()

@@ -7,6 +7,7 @@ Off by default: the decorator then returns the function unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import threading
@@ -72,18 +73,10 @@ class _Section:
         _add(self.name, time.perf_counter() - self.started, time.thread_time() - self.cpu)
 
 
-class _Untimed:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+_UNTIMED = contextlib.nullcontext()
 
 
-_UNTIMED = _Untimed()
-
-
-def section(name: str) -> _Section | _Untimed:
+def section(name: str) -> contextlib.AbstractContextManager[None]:
     """``with section(name):`` times a block as ``timed`` times a hook (nothing when off)."""
     return _Section(name) if ENABLED else _UNTIMED
 
