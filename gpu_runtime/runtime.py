@@ -237,8 +237,11 @@ class InjectionRuntime:
     def prefetch(self, tenant: TenantId, keys: Sequence[FactKey]) -> None:
         """Starts moving facts towards the GPU tier on every worker: a hint, sent straight to
         each worker's hint socket (not through the engine core); returns at once."""
-        if self._hints is not None:
-            self._hints.send(tenant.value, [_wire(tenant, key) for key in keys])
+        if self._hints is None:
+            return
+        if any(key.tenant != tenant for key in keys):
+            raise InvalidRequestError("a key of another tenant")
+        self._hints.send(tenant, keys)
 
     async def demote(
         self,

@@ -48,10 +48,10 @@ class WorkerControl:
     def purge_tenant(self, tenant: str) -> None:
         self.worker.purge_tenant(TenantId(tenant))
 
-    def prefetch(self, tenant: str, keys: list[dict[str, Any]]) -> None:
-        """A prefetch hint (from the hint socket's thread: the pool locks itself)."""
-        who = TenantId(tenant)
-        self.worker.store.prefetch(who, keys_from_wire(who, keys))
+    def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
+        """A prefetch hint (from the hint socket's thread: the pool locks itself), its keys
+        decoded there (``hints.HintDecoder``), all of ``tenant``."""
+        self.worker.store.prefetch(tenant, keys)
 
     def demote(self, tenant: str, keys: list[dict[str, Any]], tier: str) -> None:
         """Moves facts down to ``tier`` ("host" or "disk"): benchmarks of the offload path, or an

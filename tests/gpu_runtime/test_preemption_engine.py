@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass, field
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
@@ -73,7 +73,8 @@ def parting(reference: Served, resumed: Served) -> int | None:
     """Where the resumed stream's tokens first differ from the reference's (``None``: nowhere),
     asserting that they part only at a near tie: both runs rank the same two tokens on top,
     each the other way round, by margins that add up to less than ``TIE_NATS``."""
-    at = next((i for i, (a, b) in enumerate(zip(reference.ids, resumed.ids)) if a != b), None)
+    pairs = enumerate(zip(reference.ids, resumed.ids, strict=True))
+    at = next((i for i, (a, b) in pairs if a != b), None)
     if at is None:
         return None
     ours, theirs = reference.ids[at], resumed.ids[at]

@@ -112,17 +112,18 @@ class IndexFollower:
         """Reads what was appended since the last call; starts over if the file was replaced,
         and forgets everything if it is gone (the tenant deleted)."""
         try:
+            # One system call when nothing changed (the common case: every claim asks). Each
+            # call releases the GIL, and in the engine core another thread may keep it a while.
+            info = os.stat(self.path)
+            if (info.st_ino, info.st_size, info.st_mtime_ns) == self._seen:
+                return self.index
             fd = os.open(self.path, os.O_RDONLY)
         except FileNotFoundError:
-            self._reset(None)
-            self._seen = None
-            self.state = LogState(False, 0, 0, False)
+            self._gone()
             return self.index
         try:
-            info = os.fstat(fd)
+            info = os.fstat(fd)  # the file as read from here on (it may have changed since)
             seen, size = (info.st_ino, info.st_size, info.st_mtime_ns), info.st_size
-            if seen == self._seen:
-                return self.index  # nothing appended (the common case: one open and fstat)
             self._seen = seen
             head = os.pread(fd, INDEX_HEADER_BYTES, 0)
             if len(head) < INDEX_HEADER_BYTES or head[: len(INDEX_MAGIC)] != INDEX_MAGIC:
@@ -136,6 +137,11 @@ class IndexFollower:
         finally:
             os.close(fd)
         return self.index
+
+    def _gone(self) -> None:
+        self._reset(None)
+        self._seen = None
+        self.state = LogState(False, 0, 0, False)
 
     def _reset(self, identity: tuple[int, bytes] | None) -> None:
         self.index = TenantIndex()
