@@ -76,6 +76,12 @@ class FactCodec:
             return torch.float8_e4m3fn
         return self.cache.dtype
 
+    def row_bytes(self, kv_heads: int, head_size: int) -> tuple[int, int]:
+        """Bytes of one stored row (one token's K or V for one layer) and of its float32 scales
+        (FP8 facts; 0 otherwise): the units a fact's blob is read in (``kernels.inject``)."""
+        size = torch.tensor([], dtype=self.fact_dtype).element_size()
+        return kv_heads * head_size * size, 4 * kv_heads if is_fp8(self.fact_dtype) else 0
+
     # ---- captures ------------------------------------------------------------------------
     def capture(self, keys: torch.Tensor, values: torch.Tensor, positions: torch.Tensor) -> FactKV:
         """keys, values [L, n, H, D] as the cache holds them; positions [n] -> the stored fact."""

@@ -230,13 +230,15 @@ class InferScaleConnector(KVConnectorBase_V1):
         if backend == "CPU_ATTN" and not is_fp8(geometry.dtype):  # (FP8 there: refused next)
             cpu_op = _cpu_write_op(_cpu_isa(self._vllm_config, attention, geometry))
         layout = layout_for(backend, geometry, cpu_op)
-        rank_view = _rank_view(self._vllm_config)
-        store = open_store(self.options.disk_root, self.options.budget, rank_view)
         rotator = build_rotator(self._vllm_config)
         device = kv_caches[first_name].device
         ordered = [layers[name] for name in layer_order(list(kv_caches))]
         cache = CacheFormat.of_layers(geometry.dtype, ordered, device)
         codec = FactCodec(cache, FactDType(self.options.fact_kv_dtype), rotator)
+        budget = self.options.budget
+        if budget is not None:  # slabs that hold this model's rows whole (the fused kernel)
+            budget = budget.for_rows(codec.row_bytes(geometry.num_kv_heads, geometry.head_size))
+        store = open_store(self.options.disk_root, budget, _rank_view(self._vllm_config))
         self._worker = WorkerHalf(store, rotator, layout, fused=self.options.fused, codec=codec)
         self._worker.register(kv_caches, backend)
         self._hints = HintListener(WorkerControl(self._worker).prefetch)

@@ -19,6 +19,7 @@ from gpu_runtime.connector.metadata import InjectionMetadata, LoadPiece, LoadReq
 from gpu_runtime.connector.worker import WorkerHalf
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import CacheGeometry, FlashLogicalLayout
+from gpu_runtime.pool.budget import PoolBudget
 from gpu_runtime.pool.entries import Tier
 from gpu_runtime.pool.tensors import TieredKVPool
 from gpu_runtime.rope import RopeRotator
@@ -224,3 +225,16 @@ def test_facts_stored_in_two_formats_load_in_one_request(tmp_path: Path) -> None
         k, v = layout.read(fast._kv[name], slots)  # [10, H, D] each
         assert torch.equal(v, wanted_values[layer])
         assert torch.equal(k[:3], native.keys[layer])  # at its capture positions: as stored
+
+
+def test_smollm2s_rows_take_the_fused_path_once_slabs_hold_them_whole(tmp_path: Path) -> None:
+    """3 KV heads of 64 (SmolLM2): a bf16 row is 384 bytes. The default 256 KiB slab does not
+    hold a whole number of them, so the kernel was refused; the slab the connector now sizes
+    for the model's rows (``PoolBudget.for_rows``) takes the fused path."""
+    heads, head = 3, 64
+    rot = RopeRotator(table(512, head), head, head, True)
+    default = PoolBudget(1 << 22, 1 << 22, 1 << 18)
+    for budget, fused in ((default, False), (default.for_rows((heads * head * 2, 0)), True)):
+        root = tmp_path / str(budget.slab_bytes)
+        pool = TieredKVPool.create(root, budget.gpu_bytes, budget.host_bytes, budget.slab_bytes)
+        assert (worker(pool, rot, heads, head, fused=True).fused is not None) is fused

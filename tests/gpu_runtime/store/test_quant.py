@@ -178,3 +178,14 @@ def test_fp8_cache_copies_rows_in_place_and_requantizes_moved_rows_at_the_layer_
     )
     with pytest.raises(ValueError, match="unscaled"):
         codec.to_cache(rows(1), rows(1), None, None, source, source)
+
+
+@pytest.mark.parametrize("stored", [FactDType.FP8_E4M3, FactDType.AUTO])
+def test_the_codecs_row_bytes_are_the_rows_a_stored_fact_is_made_of(stored: FactDType) -> None:
+    codec = FactCodec(CacheFormat(torch.bfloat16), stored, rotator())
+    fact = codec.capture(rows(2).bfloat16(), rows(3).bfloat16(), torch.arange(N))
+    row, scale_row = codec.row_bytes(H, D)
+    assert row == fact.keys[0, 0].numel() * fact.keys.element_size()  # one layer, one token
+    scales = fact.key_scales
+    assert scale_row == (0 if scales is None else scales[0, 0].numel() * scales.element_size())
+    assert (scale_row > 0) == (stored is FactDType.FP8_E4M3)
