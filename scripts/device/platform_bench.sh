@@ -121,6 +121,7 @@ case ${1:-} in
     # (dequantized from the Q4_1 GGUF by `platform.sh receive-gguf`; INFERSCALE_HOME finds it):
     # injected vs prefix-cache-reused KV bitwise, cache bits equal, GPU and host tiers, a
     # purged fact recomputed, and the negative control (zeros injected change the output).
+    bash scripts/device/platform.sh databases || exit 1  # the suite's conftest needs Redis
     INFERSCALE_GPU_MEMORY_UTILIZATION=0.3 python3 -m pytest -p no:cacheprovider -q -rA \
       --timeout=500 tests/gpu_runtime/test_injection_exactness.py \
       tests/gpu_runtime/test_chunked_rope_engine.py 2>&1 | tee "$res/exactness.log" | tail -40
