@@ -11,7 +11,7 @@ encoding_version], ...]}``, one per model among a hint's keys: the tenant and mo
 as in a request's transfer parameters (``wire.py``). The listener builds the keys through a
 per-model ``FactKeys`` cache of its own. On the engine core's host the listener's thread shares
 the GIL with the scheduler half and the worker, and a hint arrives with its request: building
-50 keys from dicts there (~0.2 ms) held up the request's own claim. Torch-free, vLLM-free.
+50 keys from dicts there (~0.2 ms) competed with that request's own claim. Torch-free, vLLM-free.
 """
 
 from __future__ import annotations
