@@ -5,6 +5,8 @@
 
     inferscale eval compare runs/a/eval.json runs/b/eval.json --names fp32,fp8
 
+    inferscale eval margins docs/results/locomo-h200/eval.json.gz   # evals/margins.py
+
     inferscale eval recall --ks 5,20,50 --out docs/results/retrieval   # evals/recall.py
 
     inferscale eval hits --memories both --k 50 --out docs/results/locomo/hits-fused-both.json
@@ -44,6 +46,10 @@ def main(argv: list[str] | None = None) -> int:
         from evals.retrieval import main as hits
 
         return hits(given[1:])
+    if given[:1] == ["margins"]:  # first-token agreement by prompt mode's own margin
+        from evals.margins import main as margins
+
+        return margins(given[1:])
     if given[:1] == ["compare"]:  # two runs' eval.json side by side
         from evals.compare import main as compare
 
