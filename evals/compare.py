@@ -10,12 +10,11 @@ of F1 B - A; then what each run left in the runtime's pool (facts and bytes per 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
-from evals.report import first_token_kl, paired_bootstrap_ci
+from evals.report import emit, first_token_kl, paired_bootstrap_ci, read_run
 
 POOL_FIELDS = ("gpu_entries", "gpu_bytes", "host_entries", "host_bytes", "disk_facts", "disk_bytes")
 
@@ -89,18 +88,14 @@ def to_markdown(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) ->
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale eval compare", description=__doc__)
-    parser.add_argument("a", type=Path, help="eval.json of run A (the reference)")
-    parser.add_argument("b", type=Path, help="eval.json of run B")
+    parser.add_argument("a", type=Path, help="eval.json (or .json.gz) of run A (the reference)")
+    parser.add_argument("b", type=Path, help="eval.json (or .json.gz) of run B")
     parser.add_argument("--names", default="A,B", help="what to call the runs, e.g. fp32,fp8")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
-    a, b = (json.loads(path.read_text()) for path in (args.a, args.b))
+    a, b = (read_run(path) for path in (args.a, args.b))
     first, _, second = args.names.partition(",")
-    text = to_markdown(a, b, (first, second or "B"))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(to_markdown(a, b, (first, second or "B")), args.out)
     return 0
 
 

@@ -11,12 +11,12 @@ model knows. So the overall agreement says as much about the model as about inje
 from __future__ import annotations
 
 import argparse
-import gzip
-import json
 import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from evals.report import emit, read_run
 
 EDGES = (0.25, 0.5, 1.0, 2.0)  # nats: the buckets' upper edges (the last bucket is open)
 BUCKETS = [f"[{lo:g}, {hi:g})" for lo, hi in zip((0.0, *EDGES), EDGES, strict=False)]
@@ -81,22 +81,12 @@ def to_markdown(summaries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def read(path: Path) -> dict[str, Any]:
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    data: dict[str, Any] = json.loads(raw)
-    return data
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="inferscale eval margins", description=__doc__)
     parser.add_argument("run", type=Path, help="a LoCoMo run's eval.json (or eval.json.gz)")
     parser.add_argument("--out", type=Path, help="also write the Markdown here")
     args = parser.parse_args(argv)
-    text = to_markdown(by_margin(read(args.run)["rows"]))
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n")
-    print(text)
+    emit(to_markdown(by_margin(read_run(args.run)["rows"])), args.out)
     return 0
 
 

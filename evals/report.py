@@ -16,6 +16,7 @@ for identical distributions and grows as the heads of the two distributions part
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -26,6 +27,21 @@ from evals.scoring import CATEGORY_NAMES
 
 PLOT_K = 20
 BOOTSTRAP_DRAWS = 2000
+
+
+def read_run(path: Path) -> dict[str, Any]:
+    """A run's eval.json, or its gzipped copy as committed under docs/results."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    data: dict[str, Any] = json.loads(raw)
+    return data
+
+
+def emit(text: str, out: Path | None) -> None:
+    """A command's Markdown: printed, and written to ``out`` when given."""
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+    print(text)
 
 
 def paired_bootstrap_ci(
