@@ -239,9 +239,10 @@ class InjectionRuntime:
         each worker's hint socket (not through the engine core); returns at once."""
         if self._hints is None:
             return
-        if any(key.tenant != tenant for key in keys):
-            raise InvalidRequestError("a key of another tenant")
-        self._hints.send(tenant, keys)
+        try:
+            self._hints.send(tenant, keys)  # checks every key's tenant before sending anything
+        except ValueError as exc:
+            raise InvalidRequestError(str(exc)) from exc
 
     async def demote(
         self,

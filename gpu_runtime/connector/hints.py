@@ -57,8 +57,9 @@ class HintDecoder:
         keys = self._keys.get(model) or self._keys.setdefault(model, FactKeys(model))
         get = keys.get
         # As ``hint_messages`` wrote them (JSON keeps str and int); anything else is refused.
-        rows = [(str(f), int(fv), int(w), int(v)) for f, fv, w, v in body["rows"]]
-        return tenant, [get(tenant, f, fv, w, v) for f, fv, w, v in rows]
+        return tenant, [
+            get(tenant, str(f), int(fv), int(w), int(v)) for f, fv, w, v in body["rows"]
+        ]
 
 
 class HintListener:
