@@ -96,44 +96,79 @@ async def peer(
         ]  # fmt: skip
         for row in ttft:
             print(f"peer ttft k={row['k']:<3} {row['side']:<15} {row['ttft_ms']['median']:.2f} ms")
-        rows = []
-        pool = len(w.facts)
-        # The peer's prefix cache on, as deployed, but this run's own: a server that served the
-        # same prompts in an earlier run would otherwise answer from that run's blocks (run 13:
-        # 209 req/s against a fresh run's 65), while our runtime starts fresh in every run.
-        run_salt = uuid.uuid4().hex
-        for n in users:
-            kv_elapsed = peer_elapsed = 0.0
-            kv_ttft: list[float] = []
-            peer_ttft: list[float] = []
-            for _ in range(rounds):
-                mine, theirs = [], []
-                for u in range(n):
-                    fact_ids = sorted({(u * 7 + j) % pool for j in range(k)})
-                    request, hint = request_for(w, "kv", fact_ids, max_tokens)
-                    request.sampling.prefix_cache = True
-                    mine.append((request, hint))
-                    theirs.append(w.prompt(fact_ids, w.query())[0])
-                seconds, ttfts = await concurrently(w, mine)
-                kv_elapsed += seconds
-                kv_ttft += ttfts
-                started = time.perf_counter()
-                done = await asyncio.gather(
-                    *(_peer_request(http, url, model, ids, max_tokens, run_salt, started)
-                      for ids in theirs)
-                )  # fmt: skip
-                peer_elapsed += max(total for _, total in done) / 1000
-                peer_ttft += [first for first, _ in done]
-            ours_rate, peer_rate = n * rounds / kv_elapsed, n * rounds / peer_elapsed
-            cell: dict[str, Any] = {
-                "users": n, "k": k, "max_tokens": max_tokens, "rounds": rounds,
-                "runtime_kv_requests_per_s": ours_rate, "vllm_server_requests_per_s": peer_rate,
-                "ratio": ours_rate / peer_rate,
-                "runtime_kv_ttft_ms": summary(kv_ttft), "vllm_server_ttft_ms": summary(peer_ttft),
-            }  # fmt: skip
-            rows.append(cell)
-            print(f"peer throughput users={n:<3} kv/vllm {cell['ratio']:.2f}x", flush=True)
+        rows = [await _throughput(w, http, url, model, n, k, max_tokens, rounds) for n in users]
     return {"peer_model": model, "ttft": ttft, "throughput": rows}
+
+
+# The throughput cells of one user count. ``kv`` and ``vllm_server`` are the comparison; the
+# ceilings bound any memory system on this engine: a request with no facts at all decodes over
+# a shorter context than one with k facts, so its rate bounds every way of serving k facts, and
+# free KV (the same prompts with their facts' blocks already in vLLM's prefix cache) is what
+# injection would reach if it cost nothing. A goal above the ceiling's ratio is out of reach.
+THROUGHPUT_SIDES = (
+    "runtime_kv", "vllm_server", "runtime_no_facts", "vllm_server_no_facts", "runtime_free_kv",
+)  # fmt: skip
+
+
+async def _throughput(
+    w: Workload, http: aiohttp.ClientSession, url: str, model: str, n: int, k: int,
+    max_tokens: int, rounds: int,
+) -> dict[str, Any]:  # fmt: skip
+    pool = len(w.facts)
+    facts = [sorted({(u * 7 + j) % pool for j in range(k)}) for u in range(n)]
+
+    def ours(mode: str, fact_ids: list[list[int]]) -> list[Any]:
+        requests = [request_for(w, mode, ids, max_tokens) for ids in fact_ids]
+        for request, _ in requests:
+            request.sampling.prefix_cache = True  # as deployed
+        return requests
+
+    async def server(prompts: list[list[int]], salt: str) -> tuple[float, list[float]]:
+        started = time.perf_counter()
+        done = await asyncio.gather(
+            *(_peer_request(http, url, model, ids, max_tokens, salt, started) for ids in prompts)
+        )  # fmt: skip
+        return max(total for _, total in done) / 1000, [first for first, _ in done]
+
+    # The peer's prefix cache on, as deployed, but this run's own: a server that served the
+    # same prompts in an earlier run would otherwise answer from that run's blocks (run 13:
+    # 209 req/s against a fresh run's 65), while our runtime starts fresh in every run.
+    salt = uuid.uuid4().hex
+    with_facts = [w.prompt(ids, w.query())[0] for ids in facts]
+    no_facts = [w.prompt([], w.query())[0] for _ in facts]
+    await concurrently(w, ours("prompt_prefix_cache", facts))  # free KV's blocks, untimed
+    cells: dict[str, Any] = {
+        "runtime_kv": lambda: concurrently(w, ours("kv", facts)),
+        "vllm_server": lambda: server(with_facts, salt),
+        "runtime_no_facts": lambda: concurrently(w, ours("prompt", [[] for _ in facts])),
+        "vllm_server_no_facts": lambda: server(no_facts, salt),
+        "runtime_free_kv": lambda: concurrently(w, ours("prompt_prefix_cache", facts)),
+    }
+    elapsed = dict.fromkeys(THROUGHPUT_SIDES, 0.0)
+    ttfts: dict[str, list[float]] = {side: [] for side in THROUGHPUT_SIDES}
+    for _ in range(rounds):  # every side once a round, so drift over the run is shared
+        for side in THROUGHPUT_SIDES:
+            seconds, firsts = await cells[side]()
+            elapsed[side] += seconds
+            ttfts[side] += firsts
+    rate = {side: n * rounds / elapsed[side] for side in THROUGHPUT_SIDES}
+    peer_rate = rate["vllm_server"]
+    cell: dict[str, Any] = {
+        "users": n, "k": k, "max_tokens": max_tokens, "rounds": rounds,
+        "runtime_kv_requests_per_s": rate["runtime_kv"], "vllm_server_requests_per_s": peer_rate,
+        "ratio": rate["runtime_kv"] / peer_rate,
+        "runtime_kv_ttft_ms": summary(ttfts["runtime_kv"]),
+        "vllm_server_ttft_ms": summary(ttfts["vllm_server"]),
+        "ceilings": {
+            side: {"requests_per_s": rate[side], "over_peer": rate[side] / peer_rate,
+                   "ttft_ms": summary(ttfts[side])}
+            for side in THROUGHPUT_SIDES[2:]
+        },
+    }  # fmt: skip
+    print(f"peer throughput users={n:<3} kv/vllm {cell['ratio']:.2f}x", flush=True)
+    for side, c in cell["ceilings"].items():
+        print(f"peer ceiling users={n:<3} {side:<21} {c['over_peer']:.2f}x", flush=True)
+    return cell
 
 
 def peer_table(result: dict[str, Any]) -> str:
@@ -163,4 +198,20 @@ def peer_table(result: dict[str, Any]) -> str:
             f"| {r['users']} | {r['k']} | {r['runtime_kv_requests_per_s']:.1f} | "
             f"{r['vllm_server_requests_per_s']:.1f} | {r['ratio']:.2f}x |"
         )
+    ceilings = [r for r in data["throughput"] if r.get("ceilings")]  # (runs since 2026-12-06)
+    if ceilings:
+        lines += [
+            "",
+            "Ceilings (the same users, one run): any memory system's rate is at most the rate "
+            "with no facts; injection's, at most free KV's.",
+            "",
+            "| users | cell | req/s | over the peer at k | TTFT p50 ms |",
+            "|---|---|---|---|---|",
+        ]
+        for r in ceilings:
+            for side, c in r["ceilings"].items():
+                lines.append(
+                    f"| {r['users']} | {side} | {c['requests_per_s']:.1f} | "
+                    f"{c['over_peer']:.2f}x | {c['ttft_ms']['median']:.1f} |"
+                )
     return "\n".join(lines)
