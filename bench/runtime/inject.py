@@ -11,8 +11,11 @@ bf16 cache through the worker half's fused loader, layer by layer as vLLM's atte
 ask, timed from ``start_load`` to the device synchronised after ``finish_step``: the median of
 ``--repeats`` after a warm-up. Bytes moved: the facts' K and V rows read from the pool (the same
 are written into the cache); GB/s = bytes read / time, and its share of ``--peak-gbs`` (the
-H200's HBM: 4.8 TB/s). On a CPU the kernel runs under Triton's interpreter, so the figures
-there say only that the bench runs.
+H200's HBM: 4.8 TB/s). Each cell also splits a repeat into the host's part (pinning, planning,
+uploading, launching) and, on CUDA, the device's part alone (CUDA events, with the stream held
+busy until the host has launched everything), so a slow figure says which side is slow. On a
+CPU the kernel runs under Triton's interpreter, so the figures there say only that the bench
+runs.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ TENANT = TenantId("bench-inject")
 BLOCK = 16
 PREAMBLE = 32  # prompt positions before the first fact
 TIERS = ("gpu", "host")
+HOLD_CYCLES = 10_000_000  # ~5 ms of GPU clock: longer than the host's part of any cell
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,13 @@ class Cell:
     ms_min: float
     gbs: float  # bytes read / p50
     share_of_peak: float
+    # Of each repeat: the host's part (``start_load`` to ``finish_step`` returning: pinning,
+    # planning, uploading, launching) and the device's (CUDA events on the compute stream,
+    # the first reached only after the host has launched everything: the kernels alone, and
+    # for the host tier the PCIe reads). None on a CPU.
+    host_ms_p50: float | None = None
+    gpu_ms_p50: float | None = None
+    gpu_gbs: float | None = None  # bytes read / the device's p50
 
 
 def cos_sin(max_pos: int, rotary_dim: int, base: float = 500000.0) -> torch.Tensor:
@@ -118,18 +129,19 @@ def measure(
             for i, key in enumerate(keys)
         )
         load = LoadRequest("bench", TENANT, pieces, tuple(range(blocks)), BLOCK, PREAMBLE, end)
-        times = []
-        for repeat in range(repeats + 1):
-            started = time.perf_counter()
-            half.start_load(InjectionMetadata(loads=[load]))
-            for name in half.layers:  # as vLLM's attention layers ask, in order
-                half.wait_layer(name)
-            half.finish_step()
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            if repeat:  # the first one compiles and warms up
-                times.append((time.perf_counter() - started) * 1000)
+        meta = InjectionMetadata(loads=[load])
+        times: list[float] = []
+        host_times: list[float] = []
+        for repeat in range(repeats + 1):  # the first one compiles and warms up
+            total, host = _inject_once(half, meta, device)
+            if repeat:
+                times.append(total)
+                host_times.append(host)
             pool.reclaim()  # the finished reads' pins
+        gpu_times: list[float] = []
+        for _ in range(repeats if device.type == "cuda" else 0):
+            gpu_times.append(_device_part(half, meta, device))
+            pool.reclaim()
         if pool.stats(TENANT)["gpu_entries"] != on_gpu:
             raise RuntimeError("host-tier facts were promoted: they must be read in place")
         # A kernel that moved nothing would time well: the last layer must hold the last
@@ -141,20 +153,67 @@ def measure(
     read = k * fact_bytes
     p50 = statistics.median(times)
     gbs = read / (p50 / 1000) / 1e9
-    return Cell(tier, k, read, p50, min(times), gbs, gbs / peak_gbs)
+    gpu = statistics.median(gpu_times) if gpu_times else None
+    return Cell(
+        tier, k, read, p50, min(times), gbs, gbs / peak_gbs, statistics.median(host_times), gpu,
+        read / (gpu / 1000) / 1e9 if gpu else None,
+    )  # fmt: skip
+
+
+def _inject_once(
+    half: WorkerHalf, meta: InjectionMetadata, device: torch.device
+) -> tuple[float, float]:
+    """One injection as a step runs it: (ms to the device synchronised, ms of the host's part,
+    ``start_load`` to ``finish_step`` returning: pinning, planning, uploading, launching)."""
+    started = time.perf_counter()
+    _inject_once_issued(half, meta)
+    issued = time.perf_counter()
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return (time.perf_counter() - started) * 1000, (issued - started) * 1000
+
+
+def _device_part(half: WorkerHalf, meta: InjectionMetadata, device: torch.device) -> float:
+    """ms of the device's work alone for one injection: the stream is held busy first, so
+    the host has planned and launched every load before the first event is reached (the
+    kernels, and for the host tier the PCIe reads; none of the host's time)."""
+    torch.cuda.synchronize(device)
+    begin, end = (torch.cuda.Event(enable_timing=True) for _ in range(2))  # type: ignore[no-untyped-call]
+    torch.cuda._sleep(HOLD_CYCLES)  # type: ignore[no-untyped-call]
+    begin.record()
+    _inject_once_issued(half, meta)
+    held = not begin.query()  # type: ignore[no-untyped-call]
+    end.record()
+    torch.cuda.synchronize(device)
+    if not held:
+        raise RuntimeError("the hold ended before the host had launched the loads")
+    return float(begin.elapsed_time(end))
+
+
+def _inject_once_issued(half: WorkerHalf, meta: InjectionMetadata) -> None:
+    half.start_load(meta)
+    for name in half.layers:  # as vLLM's attention layers ask, in order
+        half.wait_layer(name)
+    half.finish_step()
 
 
 def markdown(result: dict[str, object], cells: list[Cell]) -> str:
     lines = [
         f"### Fused injection on {result['device']} ({result['shape']})",
         "",
-        "| tier | k | MB read | p50 ms (min) | GB/s | share of the memory bound |",
-        "|---|---|---|---|---|---|",
+        "| tier | k | MB read | p50 ms (min) | GB/s | share of the memory bound "
+        "| host part p50 ms | device part p50 ms | GB/s on the device |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def ms(value: float | None, digits: int = 3) -> str:
+        return "-" if value is None else f"{value:.{digits}f}"
+
     for c in cells:
         lines.append(
             f"| {c.tier} | {c.k} | {c.bytes_read / 1e6:.1f} | {c.ms_p50:.3f} ({c.ms_min:.3f}) "
-            f"| {c.gbs:.1f} | {c.share_of_peak:.1%} |"
+            f"| {c.gbs:.1f} | {c.share_of_peak:.1%} | {ms(c.host_ms_p50)} | {ms(c.gpu_ms_p50)} "
+            f"| {ms(c.gpu_gbs, 1)} |"
         )
     return "\n".join(lines) + "\n"
 

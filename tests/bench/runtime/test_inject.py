@@ -30,6 +30,8 @@ def test_both_tiers_are_measured_and_their_bytes_counted(tmp_path: Path) -> None
     for (_, k), cell in cells.items():
         assert cell["bytes_read"] == k * 3 * token_bytes
         assert cell["ms_p50"] > 0 and cell["gbs"] > 0
+        assert 0 < cell["host_ms_p50"] <= cell["ms_p50"]  # the host's part of the same repeats
+        assert cell["gpu_ms_p50"] is None  # no device to time on a CPU
     assert "| host | 3 |" in (tmp_path / "inject.md").read_text()
 
 
