@@ -51,7 +51,7 @@ class WorkerControl:
     def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
         """A prefetch hint (from the hint socket's thread: the pool locks itself), its keys
         decoded there (``hints.HintDecoder``), all of ``tenant``."""
-        self.worker.store.prefetch(tenant, keys)
+        self.worker.prefetch(tenant, keys)
 
     def demote(self, tenant: str, keys: list[dict[str, Any]], tier: str) -> None:
         """Moves facts down to ``tier`` ("host" or "disk"): benchmarks of the offload path, or an

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from gpu_runtime.connector import timing
+from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.kernels import inject
@@ -104,7 +105,11 @@ class FusedLoader:
         self._last_done: torch.cuda.Event | None = None  # the last step's reads, all enqueued
         self._retired: list[_Step] = []
         self._retired_lock = threading.Lock()  # the pool may reclaim from another thread
+        # What prefetch hints pinned ahead of their loads (``ahead.py``), released when a load
+        # takes it or when it expires.
+        self.ahead = PinnedAhead(pool.acquire, pool.release)
         pool.add_reclaimer(self.release_completed)
+        pool.add_reclaimer(self.ahead.sweep)
 
     def warm_up(self) -> None:
         """Compiles the kernel now (not on the first request) by injecting one token, read
@@ -137,16 +142,15 @@ class FusedLoader:
         ``layerwise=False``: host-tier facts are read in the same single launch, before the
         forward (for forwards whose per-layer hooks will not run)."""
         self.release_completed()
+        self.ahead.sweep()
         pins: list[tuple[TenantId, list[FactKey]]] = []
         pinned: list[PinnedFacts] = []
         with timing.section("load_acquire"):
             for load in loads:
-                keys = list(dict.fromkeys(piece.key for piece in load.pieces))
-                found = self.pool.acquire(load.tenant, keys)
+                found = self._acquire(load, pins)
                 if found is None:
                     self._unpin(pins)
                     return False
-                pins.append((load.tenant, keys))
                 pinned.append(found)
         kernel_format = {(self.shape.stored_dtype, self.shape.scaled)}
         if any(found.formats != kernel_format for found in pinned):
@@ -177,6 +181,29 @@ class FusedLoader:
             step.launched = self.shape.n_layers
             self._finish(step)
         return True
+
+    def _acquire(
+        self, load: LoadRequest, pins: list[tuple[TenantId, list[FactKey]]]
+    ) -> PinnedFacts | None:
+        """A load's facts pinned (what its prefetch hint pinned ahead, and the rest now), each
+        pinning added to ``pins``; ``None`` if a fact is gone."""
+        keys = list(dict.fromkeys(piece.key for piece in load.pieces))
+        taken = self.ahead.take(load.tenant, keys)
+        if taken is None:
+            found = self.pool.acquire(load.tenant, keys)
+            if found is not None:
+                pins.append((load.tenant, keys))
+            return found
+        pins.append((load.tenant, taken.keys))
+        held = set(taken.keys)
+        rest = [key for key in keys if key not in held]
+        if not rest:
+            return taken.found
+        others = self.pool.acquire(load.tenant, rest)
+        if others is None:
+            return None
+        pins.append((load.tenant, rest))
+        return PinnedFacts.joined([taken.found, others])
 
     def wait_layer(self, layer: int) -> None:
         """Called before layer ``layer``'s attention: its injected KV must be in the cache."""

@@ -276,13 +276,24 @@ class WorkerHalf:
         failed, self._failed_blocks = self._failed_blocks, set()
         return failed
 
+    def prefetch(self, tenant: TenantId, keys: list[FactKey]) -> None:
+        """A prefetch hint (the hint listener's thread): the facts start moving to the GPU
+        tier, and with the fused loader they are pinned for the load to come (``ahead.py``)."""
+        self.store.prefetch(tenant, keys)
+        if self.fused is not None:
+            self.fused.ahead.hint(tenant, keys)
+
     def purge(self, tenant: TenantId, keys: list[FactKey]) -> int:
         """Deletes facts from every tier and the disk; returns how many were held."""
+        if self.fused is not None:
+            self.fused.ahead.drop(tenant)  # nothing purged stays pinned by a hint
         removed = self.store.delete_many(tenant, keys)
         self._report.dropped.extend(keys)
         return removed
 
     def purge_tenant(self, tenant: TenantId) -> None:
+        if self.fused is not None:
+            self.fused.ahead.drop(tenant)
         self.store.delete_tenant(tenant)
         self._report.dropped_tenants.append(tenant)
 

@@ -146,3 +146,28 @@ class PinnedFacts:
     @property
     def on_host(self) -> bool:
         return bool(self.arenas.any())
+
+    @staticmethod
+    def joined(parts: list[PinnedFacts]) -> PinnedFacts:
+        """Several pinnings as one, fact after fact in ``parts`` order (a load whose facts were
+        partly pinned ahead by its prefetch hint)."""
+        if len(parts) == 1:
+            return parts[0]
+        slab_base = np.cumsum([0] + [len(p.slabs) for p in parts[:-1]])  # [parts]
+        position_base = np.cumsum([0] + [len(p.positions) for p in parts[:-1]])  # [parts]
+        return PinnedFacts(
+            keys=tuple(key for p in parts for key in p.keys),
+            arenas=np.concatenate([p.arenas for p in parts]),
+            n_tokens=np.concatenate([p.n_tokens for p in parts]),
+            n_layers=frozenset().union(*(p.n_layers for p in parts)),
+            formats=frozenset().union(*(p.formats for p in parts)),
+            slab_rows=np.concatenate(
+                [p.slab_rows + b for p, b in zip(parts, slab_base, strict=True)]
+            ),
+            slabs=np.concatenate([p.slabs for p in parts]),
+            position_rows=np.concatenate(
+                [p.position_rows + b for p, b in zip(parts, position_base, strict=True)]
+            ),
+            positions=np.concatenate([p.positions for p in parts]),
+            ready=tuple(event for p in parts for event in p.ready),
+        )

@@ -1,0 +1,145 @@
+"""Facts pinned ahead by a prefetch hint: held within bounds, taken by the load they name (its
+preamble pinned then), released when they expire, dropped by a purge, never across tenants;
+and a load that takes them injects the very bytes it would have without the hint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from gpu_runtime.connector.ahead import PinnedAhead
+from gpu_runtime.connector.metadata import InjectionMetadata, LoadPiece, LoadRequest
+from gpu_runtime.kernels import inject
+from gpu_runtime.pool.tensors import TieredKVPool
+from gpu_runtime.rope import RopeRotator
+from gpu_runtime.types import EncodingConfig, FactKey, TenantId
+from tests.gpu_runtime.connector.test_fused_loader import BLOCK, BLOCKS, fact, worker
+from tests.gpu_runtime.test_rope import table
+
+pytestmark = pytest.mark.unit
+
+CFG = EncodingConfig("m", 0, 1)
+A, B = TenantId("a"), TenantId("b")
+HEADS, HEAD = 2, 16
+SLAB = HEADS * HEAD * 2 * 4  # 4 token rows a slab
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pool_with(
+    tmp_path: Path, tenant: TenantId, names: list[str]
+) -> tuple[TieredKVPool, list[FactKey]]:
+    pool = TieredKVPool.create(tmp_path, 64 * SLAB, 64 * SLAB, SLAB)
+    keys = [FactKey.for_fact(tenant, name, 1, CFG) for name in names]
+    for i, key in enumerate(keys):
+        pool.put(tenant, key, fact(i, 3 + i, HEADS, HEAD, at=10 * i))
+    return pool, keys
+
+
+def test_a_hint_pins_its_facts_until_its_load_takes_them(tmp_path: Path) -> None:
+    pool, keys = pool_with(tmp_path, A, ["pre", "x", "y", "z"])
+    ahead = PinnedAhead(pool.acquire, pool.release)
+    assert ahead.hint(A, keys[1:])
+    assert pool.stats(A)["pinned"] == 3 and len(ahead) == 1
+    assert not ahead.hint(A, keys[1:])  # the same facts are held once
+    assert pool.stats(A)["pinned"] == 3
+
+    taken = ahead.take(A, keys)  # the load: the preamble first, which no hint names
+    assert taken is not None and set(taken.keys) == set(keys[1:])
+    assert list(taken.found.keys) == taken.keys and len(ahead) == 0
+    assert ahead.take(A, keys) is None  # taken once
+    pool.release(A, taken.keys)  # the load's pins, once its reads are done
+    assert pool.stats(A)["pinned"] == 0
+
+
+def test_a_load_of_other_facts_or_of_another_tenant_takes_nothing(tmp_path: Path) -> None:
+    pool, keys = pool_with(tmp_path, A, ["x", "y", "z"])
+    ahead = PinnedAhead(pool.acquire, pool.release)
+    assert ahead.hint(A, keys[:2])
+    assert ahead.take(A, keys[1:]) is None  # not the hint's facts
+    as_b = [FactKey.for_fact(B, k.fact_id, 1, CFG) for k in keys[:2]]
+    assert ahead.take(B, as_b) is None
+    assert not ahead.hint(B, keys[2:])  # a key of A in B's hint: refused, nothing pinned
+    assert pool.stats(A)["pinned"] == 2
+
+
+def test_held_pins_expire_and_are_bounded(tmp_path: Path) -> None:
+    pool, keys = pool_with(tmp_path, A, ["x", "y", "z"])
+    clock = Clock()
+    ahead = PinnedAhead(pool.acquire, pool.release, hold_s=1.0, capacity=2, clock=clock)
+    assert ahead.hint(A, keys[:1]) and ahead.hint(A, keys[1:2])
+    assert not ahead.hint(A, keys[2:])  # over the bound: a prefetch only
+    assert pool.stats(A)["pinned"] == 2
+    clock.now = 0.5
+    ahead.sweep()
+    assert pool.stats(A)["pinned"] == 2
+    clock.now = 1.5
+    pool.reclaim()  # the pool sweeps them too, before it evicts or moves anything
+    assert len(ahead) == 2  # (this ahead is not the pool's: sweep it by hand)
+    ahead.sweep()
+    assert pool.stats(A)["pinned"] == 0 and len(ahead) == 0
+    assert ahead.take(A, keys[:1]) is None
+
+
+def test_a_fact_not_in_memory_is_not_held(tmp_path: Path) -> None:
+    pool, keys = pool_with(tmp_path, A, ["x"])
+    ahead = PinnedAhead(pool.acquire, pool.release)
+    missing = FactKey.for_fact(A, "never-stored", 1, CFG)
+    assert not ahead.hint(A, [keys[0], missing])
+    assert pool.stats(A)["pinned"] == 0 and len(ahead) == 0
+
+
+needs_triton = pytest.mark.skipif(not inject.available(), reason="Triton is not installed")
+
+
+def _inject(tmp_path: Path, hinted: bool) -> tuple[list[torch.Tensor], TieredKVPool, int]:
+    """A load of a preamble and two facts through the fused loader (Triton's interpreter),
+    the two facts hinted first or not; the caches after it, the pool and the hints still held."""
+    pool, keys = pool_with(tmp_path, A, ["pre", "x", "y"])
+    rot = RopeRotator(table(256, HEAD), HEAD, HEAD, True)
+    half = worker(pool, rot, HEADS, HEAD, True)
+    assert half.fused is not None
+    if hinted:
+        half.prefetch(A, keys[1:])  # as the hint listener's thread does
+        assert pool.stats(A)["pinned"] == 2
+    pieces = (LoadPiece(keys[0], 0, 3, 0), LoadPiece(keys[1], 0, 4, 3), LoadPiece(keys[2], 1, 4, 7))
+    load = LoadRequest("r", A, pieces, tuple(range(BLOCKS)), BLOCK, 0, 11)
+    half.start_load(InjectionMetadata(loads=[load]))
+    half.finish_step()
+    return [half._kv[name].clone() for name in half.layers], pool, len(half.fused.ahead)
+
+
+@needs_triton
+def test_a_load_that_takes_a_hint_injects_what_it_would_without_one(tmp_path: Path) -> None:
+    with_hint, pool, held = _inject(tmp_path / "hinted", hinted=True)
+    without, _, _ = _inject(tmp_path / "plain", hinted=False)
+    assert held == 0  # the load took the hint's pins
+    assert pool.stats(A)["pinned"] == 0  # and released them with the preamble's
+    for a, b in zip(with_hint, without, strict=True):
+        assert a.abs().sum() > 0 and torch.equal(a, b)
+
+
+@needs_triton
+def test_a_purge_releases_what_hints_hold(tmp_path: Path) -> None:
+    pool, keys = pool_with(tmp_path, A, ["x", "y"])
+    other = [FactKey.for_fact(B, "x", 1, CFG)]  # the same fact id, another tenant's
+    pool.put(B, other[0], fact(9, 3, HEADS, HEAD, at=0))
+    rot = RopeRotator(table(64, HEAD), HEAD, HEAD, True)
+    half = worker(pool, rot, HEADS, HEAD, True)
+    assert half.fused is not None
+    half.prefetch(A, keys)
+    half.prefetch(B, other)
+    assert pool.stats(A)["pinned"] == 2 and pool.stats(B)["pinned"] == 1
+    half.purge(A, keys[:1])
+    assert pool.stats(A)["pinned"] == 0 and pool.stats(A)["gpu_entries"] == 1
+    assert pool.stats(B)["pinned"] == 1  # another tenant's hint is untouched
+    half.purge_tenant(B)
+    assert pool.stats(B)["pinned"] == 0 and len(half.fused.ahead) == 0
