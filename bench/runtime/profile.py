@@ -12,8 +12,10 @@ One request at a time, round-robin over the cells, each split into:
   gate, vLLM's scheduling, the forward and the output's way back.
 
 Cells: ``prompt`` and ``kv`` at k=0 (a kv request without facts runs as prompt mode), and at k:
-``kv``, ``kv`` without its prefetch hint (``kv_no_hint``: the hint goes out with the request, as
-the backend sends it, and the worker's hint thread shares the engine core's GIL with the hooks),
+``kv``, ``kv`` without its prefetch hint (``kv_no_hint``: the hint goes out with the request,
+and the worker's hint thread shares the engine core's GIL with the hooks), ``kv`` with its hint
+5 ms ahead (``kv_hint_ahead``: as the API sends it, at retrieval, before composing and the hop;
+the worker pins the facts then, ``connector/ahead.py``; timed from the request),
 free KV (``prompt_prefix_cache``: vLLM reusing the same facts' blocks, the floor of any
 injection) and ``prompt``. The runtime must run with ``INFERSCALE_TRACE_CONNECTOR=1`` (a runtime
 this bench starts does); without it the hook columns would be zero, so the bench refuses.
@@ -39,13 +41,15 @@ from gpu_runtime.connector.timing import (
 )
 
 NO_HINT = "kv_no_hint"  # a kv request sent without its prefetch hint
+HINT_AHEAD = "kv_hint_ahead"  # its hint sent HINT_LEAD_S before it, as the API's retrieval does
+HINT_LEAD_S = 0.005  # the API sends the hint before composing and the hop (~5 ms, run 8)
 PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
          "engine_rest")  # fmt: skip
 
 
 def cells(k: int) -> list[tuple[str, int]]:
-    return [("prompt", 0), ("kv", 0), ("kv", k), (NO_HINT, k), ("prompt_prefix_cache", k),
-            ("prompt", k)]  # fmt: skip
+    return [("prompt", 0), ("kv", 0), ("kv", k), (NO_HINT, k), (HINT_AHEAD, k),
+            ("prompt_prefix_cache", k), ("prompt", k)]  # fmt: skip
 
 
 def worker_hook_ms(trace: p.TraceResult) -> dict[str, float]:
@@ -90,9 +94,14 @@ class _Profiler:
 
     async def one(self, mode: str, k: int) -> dict[str, float]:
         w = self.w
-        request, hint = request_for(w, "kv" if mode == NO_HINT else mode, list(range(k)), 1)
+        kv = mode in (NO_HINT, HINT_AHEAD)
+        request, hint = request_for(w, "kv" if kv else mode, list(range(k)), 1)
         hint = None if mode == NO_HINT else hint
         await asyncio.to_thread(w.client.trace, True)  # a fresh count of the worker's hooks
+        if mode == HINT_AHEAD and hint is not None:  # the clock starts at the request
+            await w.client.aprefetch(hint)
+            await asyncio.sleep(HINT_LEAD_S)
+            hint = None
         sample = await timed(w, request, hint, time.perf_counter())
         if sample.scheduler_trace_ms is None or sample.engine_ttft_ms is None:
             raise SystemExit("profile needs a runtime started with INFERSCALE_TRACE_CONNECTOR=1")
@@ -141,6 +150,8 @@ def deltas(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
         "kv0_minus_prompt0": median("kv", 0) - median("prompt", 0),
         f"kv{k}_minus_free_kv{k}": median("kv", k) - median("prompt_prefix_cache", k),
         f"kv{k}_without_hint_minus_free_kv{k}": median(NO_HINT, k)
+        - median("prompt_prefix_cache", k),
+        f"kv{k}_hint_ahead_minus_free_kv{k}": median(HINT_AHEAD, k)
         - median("prompt_prefix_cache", k),
         f"engine_kv{k}_minus_free_kv{k}": median("kv", k, "engine_ttft")
         - median("prompt_prefix_cache", k, "engine_ttft"),
