@@ -20,6 +20,7 @@ def _ints(text: str) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     from backend.core.config import get_settings
     from backend.core.paths import locomo_dir
+    from bench.serve.chats import FIRST_CELL_QUESTION
 
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="inferscale bench serve")
@@ -39,6 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         "there, answering with the facts in the prompt (bench/serve/peer.py)",
     )
     parser.add_argument("--peer-model", help="the model name vLLM's server serves")
+    parser.add_argument(
+        "--first-question", type=int, default=FIRST_CELL_QUESTION,
+        help="the first cell's first question (then each cell its own): give separate runs "
+        "against the same servers separate ranges, so that no prompt is asked twice",
+    )  # fmt: skip
     parser.add_argument(
         "--warmup", type=int, default=32,
         help="concurrent warm-up chats per tenant and mode before the first cell (they reach "
@@ -85,7 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     # the measured TTFTs, the platform's and the peer's alike.
     freeze_start_up_heap()
     cells = asyncio.run(
-        bench.run(_ints(args.users), _ints(args.ks), args.modes.split(","), args.requests_per_user)
+        bench.run(
+            _ints(args.users),
+            _ints(args.ks),
+            args.modes.split(","),
+            args.requests_per_user,
+            args.first_question,
+        )
     )
     if args.peer_url:
         from bench.serve.peer import PeerBench
@@ -93,7 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens, cpu, clients())
         peer.prepare(bench.facts(), bench.questions)
         freeze_start_up_heap()
-        cells += asyncio.run(peer.run(_ints(args.users), _ints(args.ks), args.requests_per_user))
+        cells += asyncio.run(peer.run(
+            _ints(args.users), _ints(args.ks), args.requests_per_user, args.first_question
+        ))  # fmt: skip
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
     result = {
         "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",

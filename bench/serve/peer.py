@@ -16,7 +16,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.serve.chats import BENCH_USER, Workload, open_memory, peer_chat, run_users, sdks_for
+from bench.serve.chats import (
+    BENCH_USER,
+    FIRST_CELL_QUESTION,
+    Workload,
+    cell_questions,
+    open_memory,
+    peer_chat,
+    run_users,
+    sdks_for,
+)
 from bench.serve.clients import ClientProcesses
 from bench.serve.host_cpu import CpuMeter
 from bench.serve.serve import Cell, _summary, measure_cell
@@ -48,26 +57,32 @@ class PeerBench:
         self.questions = questions
         log(f"peer: {len(facts)} facts added to Mem0 in {time.perf_counter() - started:.1f} s")
 
-    def workload(self, k: int, per_user: int) -> Workload:
+    def workload(self, k: int, per_user: int, first: int = 0) -> Workload:
         store = str(self.store) if self.store is not None else None
         return Workload(
             self.server, (), tuple(self.questions), self.max_tokens, "peer", k, per_user,
-            self.model, store,
+            self.model, store, first,
         )  # fmt: skip
 
-    async def run(self, users: list[int], ks: list[int], per_user: int) -> list[Cell]:
+    async def run(
+        self, users: list[int], ks: list[int], per_user: int,
+        first_question: int = FIRST_CELL_QUESTION,
+    ) -> list[Cell]:  # fmt: skip
         sdk = sdks_for(self.workload(0, per_user))[0]
+        firsts = cell_questions(users, ks, per_user, first_question)  # as the platform's cells
         try:
             await peer_chat(sdk, self.memory, self.workload(10, 1), 0)  # warm-up
-            return [await self._cell(sdk, n, k, per_user) for n in users for k in ks]
+            return [
+                await self._cell(sdk, n, k, per_user, firsts[(n, k)]) for n in users for k in ks
+            ]
         finally:
             await sdk.close()
             if self.clients is not None:
                 self.clients.close()
 
-    async def _cell(self, sdk: Any, n: int, k: int, per_user: int) -> Cell:
+    async def _cell(self, sdk: Any, n: int, k: int, per_user: int, first: int) -> Cell:
         cell = Cell(n, k, "peer")
-        workload = self.workload(k, per_user)
+        workload = self.workload(k, per_user, first)
         clients = self.clients if n > 1 else None
         await measure_cell(
             cell, self.cpu, workload,

@@ -31,10 +31,13 @@ import httpx
 
 from bench.serve.chats import (
     BENCH_USER,
+    FIRST_CELL_QUESTION,
     Outcome,
     Sample,
     Workload,
+    cell_questions,
     platform_chat,
+    questions_from,
     run_users,
     sdks_for,
 )
@@ -151,7 +154,7 @@ class ServeBench:
         self.keys.append(created.json()["api_key"])
         auth = {"Authorization": f"Bearer {self.keys[-1]}"}
         sample = json.loads(conversation.read_text())
-        self.questions = [str(q["question"]) for q in sample["qa"]]
+        self.questions = questions_from(conversation)
         started = time.perf_counter()
         imported = http.post("/v1/conversations", headers=auth,
                              json={"user_id": BENCH_USER, "locomo": sample})  # fmt: skip
@@ -185,15 +188,20 @@ class ServeBench:
         raise TimeoutError(f"job {job_id} did not finish")
 
     # ---- measuring --------------------------------------------------------------------------
-    def workload(self, mode: str, k: int, per_user: int) -> Workload:
+    def workload(self, mode: str, k: int, per_user: int, first: int = 0) -> Workload:
         return Workload(
-            self.api, tuple(self.keys), tuple(self.questions), self.max_tokens, mode, k, per_user
-        )
+            self.api, tuple(self.keys), tuple(self.questions), self.max_tokens, mode, k, per_user,
+            first=first,
+        )  # fmt: skip
 
     async def run(
-        self, users: list[int], ks: list[int], modes: list[str], per_user: int
-    ) -> list[Cell]:
+        self, users: list[int], ks: list[int], modes: list[str], per_user: int,
+        first_question: int = FIRST_CELL_QUESTION,
+    ) -> list[Cell]:  # fmt: skip
+        if self.warmup > FIRST_CELL_QUESTION:
+            raise ValueError(f"at most {FIRST_CELL_QUESTION} warm-up chats")
         sdks = sdks_for(self.workload(modes[0], 0, per_user))
+        firsts = cell_questions(users, ks, per_user, first_question)
         try:
             async with httpx.AsyncClient(base_url=self.api, timeout=30) as probe:
                 await self.warm_up(sdks, modes, max(ks))
@@ -201,7 +209,9 @@ class ServeBench:
                 for n in users:
                     for k in ks:
                         for mode in modes:
-                            cells.append(await self._cell(sdks, probe, n, k, mode, per_user))
+                            cells.append(await self._cell(
+                                sdks, probe, n, k, mode, per_user, firsts[(n, k)]
+                            ))  # fmt: skip
                 return cells
         finally:
             for sdk in sdks:
@@ -224,10 +234,11 @@ class ServeBench:
                 ))  # fmt: skip
 
     async def _cell(
-        self, sdks: list[Any], probe: httpx.AsyncClient, n: int, k: int, mode: str, per_user: int
-    ) -> Cell:
+        self, sdks: list[Any], probe: httpx.AsyncClient, n: int, k: int, mode: str, per_user: int,
+        first: int,
+    ) -> Cell:  # fmt: skip
         cell = Cell(n, k, mode)
-        workload = self.workload(mode, k, per_user)
+        workload = self.workload(mode, k, per_user, first)
         running = True
 
         async def health() -> None:

@@ -101,7 +101,9 @@ case ${1:-} in
     fi
     if [[ ",${SERVE_USERS:-1,100}," == *",100,"* ]]; then
       log=$res/serve-100users.log
-      "${bench[@]}" --users 100 --requests-per-user "${PER_USER:-5}" --out "$res/serve-100users" >"$log" 2>&1 &
+      # Questions of their own (the 1-user cells ask from 64 on): no prompt is asked twice.
+      "${bench[@]}" --users 100 --requests-per-user "${PER_USER:-5}" --first-question 300 \
+        --out "$res/serve-100users" >"$log" 2>&1 &
       pid=$!
       [ -n "${PYSPY:-}" ] && { pyspy_cell "$log" "$pid" & }
       wait "$pid"; wait
