@@ -11,11 +11,13 @@ equal the prefilled ones. Against the one-shot prefill the greedy tokens must ma
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
 import torch
 
+from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import FactText
 from gpu_runtime.store.fact_kv import FactKV
 from gpu_runtime.types import EncodingConfig, FactKey, MemorySegment, Span, TenantId
@@ -95,6 +97,29 @@ def test_injection_equals_prefilled_kv_bitwise(runtime: EngineHarness) -> None:
     assert injected.top_logprobs == reused.top_logprobs  # bitwise: floats compared exactly
     assert injected.token_ids == one_shot.token_ids
     assert "Biscuit" in injected.text
+
+
+def test_injection_after_its_prefetch_hint_equals_prefilled_kv_bitwise(
+    runtime: EngineHarness,
+) -> None:
+    """The facts hinted first, as the API hints them at retrieval (the preamble is not named):
+    on CUDA the worker pins them ahead of the load (``connector/ahead.py``), which takes those
+    pins and pins only the preamble itself; the answer is the prefix-cache reuse's, bit for bit."""
+    tenant, config = _tenant(), runtime.config(window=0)
+    block = _aligned(runtime)
+    ids, segment = _prompt(runtime, tenant, config, segment_len=block)
+    _capture(runtime, tenant, ids, segment)
+    runtime.run(tenant, ids, "prompt")  # the segment's blocks into vLLM's prefix cache
+    reused = runtime.run(tenant, ids, "prompt")
+    assert reused.cached_tokens >= block
+
+    facts = [p.key_model(s.key) for s in segment.spans[1:]]
+    runtime.client.prefetch(p.KeysRequest(tenant=tenant.value, keys=facts))
+    time.sleep(0.2)  # the hint's socket and thread: well ahead, as retrieval is
+    injected = runtime.run(tenant, ids, "kv", segment)
+    assert injected.cached_tokens == injected.injected_tokens == block
+    assert injected.token_ids == reused.token_ids
+    assert injected.top_logprobs == reused.top_logprobs  # bitwise: floats compared exactly
 
 
 def test_injected_cache_bits_equal_prefilled_bits(runtime: EngineHarness) -> None:
