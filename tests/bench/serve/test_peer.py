@@ -5,13 +5,7 @@ with the facts in the prompt. A tiny run, so the harness cannot rot; no speed is
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from bench.serve.chats import messages_for
@@ -20,8 +14,6 @@ from bench.serve.peer import PEER_PARTS, PeerBench
 from bench.serve.report import markdown
 from bench.serve.serve import to_rows
 from gpu_runtime.client.composer import FACTS_HEADER
-from gpu_runtime.client.launch import free_port
-from gpu_runtime.config import RuntimeSettings
 
 pytestmark = pytest.mark.engine
 
@@ -31,37 +23,6 @@ FACTS = [
     "Caroline is researching adoption agencies.",
     "Melanie has two kids who love camping.",
 ]
-
-
-@pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("peer") / "vllm-server.log"
-    model = RuntimeSettings().resolved_model_path
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-             "--port", str(port), "--max-model-len", "2048", "--served-model-name", "peer",
-             "--dtype", "float32"],
-            stdout=out, stderr=subprocess.STDOUT,
-            env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
-                 "HF_HUB_OFFLINE": "1", **os.environ},
-        )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(1)
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def test_the_peer_retrieves_with_mem0_and_answers_through_vllms_server(vllm_server: str) -> None:

