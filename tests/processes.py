@@ -33,9 +33,18 @@ def worker_args(name: str) -> list[str]:
             "--queues=default,gpu", "--loglevel=info", f"--hostname={name}@%h"]  # fmt: skip
 
 
-def wait_healthy(base: str, timeout_s: float = 120, path: str = "/healthz") -> None:
+def wait_healthy(
+    base: str, timeout_s: float = 120, path: str = "/healthz", proc: Any = None, log: Any = None
+) -> None:
+    """Until ``base + path`` answers 200; ``proc`` (a ``Popen``): fails at once if it exits,
+    with the end of ``log`` (a path) in the message."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            tail = log.read_text()[-3000:] if log is not None else ""
+            raise RuntimeError(
+                f"{base} exited with {proc.returncode} before it was healthy\n{tail}"
+            )
         try:
             if httpx.get(f"{base}{path}", timeout=2).status_code == 200:
                 return

@@ -6,14 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from gpu_runtime.client.launch import free_port
 from gpu_runtime.config import RuntimeSettings
+from tests.processes import wait_healthy
 
 
 @pytest.fixture(scope="session")
@@ -32,15 +31,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            assert proc.poll() is None, log.read_text()[-3000:]
-            try:
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(1)
+        wait_healthy(url, 600, "/health", proc, log)
         yield url
     finally:
         proc.terminate()
