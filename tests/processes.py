@@ -34,10 +34,14 @@ def worker_args(name: str) -> list[str]:
 
 
 def wait_healthy(
-    base: str, timeout_s: float = 120, path: str = "/healthz", proc: Any = None, log: Any = None
+    base: str,
+    timeout_s: float = 120,
+    path: str = "/healthz",
+    proc: subprocess.Popen[bytes] | None = None,
+    log: Path | None = None,
 ) -> None:
-    """Until ``base + path`` answers 200; ``proc`` (a ``Popen``): fails at once if it exits,
-    with the end of ``log`` (a path) in the message."""
+    """Until ``base + path`` answers 200; with ``proc``, fails at once if it exits, with the end
+    of ``log`` in the message."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:

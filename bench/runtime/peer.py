@@ -17,6 +17,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import aiohttp
@@ -137,7 +138,7 @@ async def _throughput(
     with_facts = [w.prompt(ids, w.query())[0] for ids in facts]
     no_facts = [w.prompt([], w.query())[0] for _ in facts]
     await concurrently(w, ours("prompt_prefix_cache", facts))  # free KV's blocks, untimed
-    cells: dict[str, Any] = {
+    cells: dict[str, Callable[[], Awaitable[tuple[float, list[float]]]]] = {
         "runtime_kv": lambda: concurrently(w, ours("kv", facts)),
         "vllm_server": lambda: server(with_facts, salt),
         "runtime_no_facts": lambda: concurrently(w, ours("prompt", [[] for _ in facts])),
