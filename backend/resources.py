@@ -19,7 +19,7 @@ from backend.db.session import open_connections
 from backend.jobs.pipeline.broker import send_to_broker
 from backend.jobs.pipeline.outbox import Send
 from backend.retrieval.embedder import get_embedder
-from backend.retrieval.index import FactIndex, gpu_available
+from backend.retrieval.index import FactIndex, gpu_available, limit_search_threads
 from backend.retrieval.keyword import KeywordCache
 from backend.runtime.client import EngineClient
 from backend.services.context import TenantContext
@@ -50,6 +50,7 @@ class Resources:
 
     def __post_init__(self) -> None:
         # Per-user retrieval indexes, bounded (least recently used users' rebuilt on a miss).
+        limit_search_threads(self.settings.index_search_threads)
         self.index = FactIndex(
             EMBEDDING_DIM,
             use_gpu=self.settings.index_on_gpu,

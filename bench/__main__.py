@@ -1,6 +1,7 @@
 """``python -m bench`` (also ``inferscale bench``): ``serve`` (through a running API),
 ``fairness`` (the noisy-neighbour benchmark), ``canary`` (the fidelity canary's margin),
-``capacity`` (the pool's capacity model), ``inject`` (the fused injection kernel's bandwidth),
+``capacity`` (the pool's capacity model), ``floors`` (what a chat's hops and round trips cost
+alone), ``inject`` (the fused injection kernel's bandwidth),
 anything else the runtime benchmarks' own parser."""
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.serve.fairness_cli import main as fairness
 
         return fairness(given[1:])
+    if given[:1] == ["floors"]:
+        from bench.serve.floors import main as floors
+
+        return floors(given[1:])
     if given[:1] == ["canary"]:
         from bench.runtime.canary_margin import main as canary
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from backend.api.metrics import TENANT_REQUESTS
+from backend.api.middleware import ADMITTED
 from backend.core.config import Settings
 from backend.core.security import hash_api_key
 from backend.db.session import commit, session_factory
@@ -137,11 +139,16 @@ AdminDep = Annotated[Caller, Depends(require_admin)]
 
 
 def admit_tenant(
-    resources: ResourcesDep, credentials: BearerDep = None, authorization: AuthorizationDep = None
+    http: Request,
+    resources: ResourcesDep,
+    credentials: BearerDep = None,
+    authorization: AuthorizationDep = None,
 ) -> Iterator[Admission]:
     """A tenant's request, authenticated and let in under its limits (else OpenAI's 429), in
     one thread hop; its slot in flight is given back once the response is sent, a streamed one
-    included (``scope="request"``)."""
+    included (``scope="request"``). When it started and ended go in the request's state (a
+    chat reports them)."""
+    started = time.perf_counter()
     caller = resolve_caller(resources, credentials, authorization)
     if caller.scope != "tenant" or caller.tenant_id is None:
         raise ForbiddenError("this endpoint needs a tenant key")
@@ -153,6 +160,7 @@ def admit_tenant(
         TENANT_REQUESTS.labels(tenant.value, "limited").inc()
         raise
     TENANT_REQUESTS.labels(tenant.value, "admitted").inc()
+    http.scope.setdefault("state", {})[ADMITTED] = (started, time.perf_counter())
     try:
         yield admission
     finally:

@@ -17,6 +17,8 @@ from backend.api.metrics import HTTP_REQUESTS
 logger = logging.getLogger(__name__)
 
 ARRIVED = "inferscale_arrived"  # scope["state"] key: time.perf_counter() at arrival
+# scope["state"] key: (started, done), time.perf_counter() around a tenant's admission
+ADMITTED = "inferscale_admitted"
 
 
 async def send_error(send: Send, status: int, code: str, message: str) -> None:

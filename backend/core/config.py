@@ -190,6 +190,13 @@ class Settings(BaseSettings):
     # one query over a user's 169 facts took 12-18 us on the CPU and 56-71 us on the GPU; the GPU
     # wins from ~1,000 facts per index (docs/benchmarks.md, "FAISS: which search runs where").
     index_on_gpu: bool = Field(default=False, validation_alias="INFERSCALE_INDEX_ON_GPU")
+    # OpenMP threads of FAISS's CPU searches (0: FAISS's default, one per core). One query over
+    # one user's few hundred facts gains nothing from a team of threads, and the team's threads
+    # spin on after each search, taking cores from the rest of the host (docs/benchmarks.md,
+    # "FAISS's threads").
+    index_search_threads: int = Field(
+        default=1, ge=0, le=256, validation_alias="INFERSCALE_INDEX_SEARCH_THREADS"
+    )
 
     # Names the chat API answers to besides the served model's own (comma-separated); any other
     # `model` is OpenAI's 404 model_not_found.

@@ -29,7 +29,7 @@ from backend.retrieval.keys import IndexKey
 from backend.retrieval.keyword import KeywordCache
 from gpu_runtime.types import TenantId
 
-__all__ = ["FactIndex", "IndexKey", "gpu_available"]
+__all__ = ["FactIndex", "IndexKey", "gpu_available", "limit_search_threads"]
 
 _INT64_MAX = int(np.iinfo(np.int64).max)
 # Vectors must be unit length for inner product to be cosine; this absorbs float32 rounding only.
@@ -50,6 +50,16 @@ class _Entry:
     revision: int | None = None
     gpu: Any = None
     bytes: int = 0
+
+
+def limit_search_threads(threads: int) -> int:
+    """Cap the OpenMP threads FAISS's CPU searches use in this process (0 leaves FAISS's
+    default); the number now in force. Process-wide: FAISS keeps one OpenMP runtime."""
+    if threads < 0:
+        raise ValueError(f"threads must be >= 0, got {threads!r}")
+    if threads:
+        faiss.omp_set_num_threads(threads)
+    return int(faiss.omp_get_max_threads())
 
 
 def gpu_available() -> bool:

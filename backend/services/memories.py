@@ -28,6 +28,7 @@ from backend.repositories.requests import IdempotencyRepository
 from backend.retrieval.index import IndexKey
 from backend.retrieval.keyword import KeywordCache, fuse
 from backend.services.context import TenantContext
+from backend.services.timing import Splits
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
 
@@ -49,8 +50,9 @@ def fact_key(tenant: TenantId, fact: Fact | FactBrief, config: EncodingConfig) -
 
 
 class MemoryService:
-    def __init__(self, ctx: TenantContext) -> None:
+    def __init__(self, ctx: TenantContext, splits: Splits | None = None) -> None:
         self.ctx = ctx
+        self.splits = splits or Splits()  # where a search's time went (a chat reports it)
         self.last_job_id: uuid.UUID | None = None
         self.users = UserRepository(ctx.session, ctx.tenant)
         self.facts = FactRepository(ctx.session, ctx.tenant)
@@ -156,14 +158,17 @@ class MemoryService:
         keyword ranking of the index at the same revision; and the user's live facts at that
         revision by row id (cached with the keyword index). The keyword side runs first, while
         the query is still being embedded."""
-        facts, by_id, index = keywords.get(
-            key, user.memory_revision, lambda: self.facts.live_briefs(user)
-        )
-        matched = [facts[i].id for i in index.ranking(query)]
-        dense = self.ctx.index.search(key, vector_of(), max(1, self.ctx.index.size(key)))
-        cosine = dict(dense)
-        matched = [fact_id for fact_id in matched if fact_id in cosine]
-        order = fuse([fact_id for fact_id, _ in dense], matched, keywords.weight)
+        with self.splits.timed("keyword"):
+            facts, by_id, index = keywords.get(
+                key, user.memory_revision, lambda: self.facts.live_briefs(user)
+            )
+            matched = [facts[i].id for i in index.ranking(query)]
+        vector = vector_of()
+        with self.splits.timed("dense"):
+            dense = self.ctx.index.search(key, vector, max(1, self.ctx.index.size(key)))
+            cosine = dict(dense)
+            matched = [fact_id for fact_id in matched if fact_id in cosine]
+            order = fuse([fact_id for fact_id, _ in dense], matched, keywords.weight)
         return [(fact_id, cosine[fact_id]) for fact_id in order[:top_k]], by_id
 
     def _ranked(
@@ -175,10 +180,13 @@ class MemoryService:
     ) -> tuple[list[tuple[int, float]], Mapping[int, FactBrief] | None]:
         """The user's top-k (fact row id, cosine), best first, and their live facts where the
         keyword cache holds them (None: dense only, nothing cached)."""
-        key = self._ensure_index(user)
+        with self.splits.timed("index"):
+            key = self._ensure_index(user)
         keywords = self.ctx.index.keywords
         if query is None or keywords is None or keywords.weight <= 0:
-            return self.ctx.index.search(key, vector_of(), top_k), None
+            vector = vector_of()
+            with self.splits.timed("dense"):
+                return self.ctx.index.search(key, vector, top_k), None
         return self._fused(user, key, vector_of, query, top_k, keywords)
 
     def search_vector(
@@ -209,17 +217,19 @@ class MemoryService:
     ) -> list[BriefHit]:
         """``search_when_ready`` for a chat: the hits as ``FactBrief`` s (name and text), from
         the keyword cache's facts at the user's revision where it has them (no query)."""
-        user = self.users.get(user_external_id)
+        with self.splits.timed("user"):
+            user = self.users.get(user_external_id)
         if user is None:
             return []
         ranked, cached = self._ranked(user, vector_of, top_k, query)
-        if cached is None:
-            cached = {row.id: row for row in self.facts.briefs_by_row([i for i, _ in ranked])}
-        return [
-            BriefHit(cached[i], score)
-            for i, score in ranked
-            if i in cached and cached[i].user_id == user.id
-        ]
+        with self.splits.timed("rows"):
+            if cached is None:
+                cached = {row.id: row for row in self.facts.briefs_by_row([i for i, _ in ranked])}
+            return [
+                BriefHit(cached[i], score)
+                for i, score in ranked
+                if i in cached and cached[i].user_id == user.id
+            ]
 
     def _hits(
         self,

@@ -29,7 +29,7 @@ from typing import Any
 
 from bench.serve.chats import platform_chat, sdks_for
 from bench.serve.host_cpu import proc_stat
-from bench.serve.serve import PARTS, ServeBench
+from bench.serve.serve import ServeBench, part_medians
 
 
 def cpu_seconds(pid: int) -> float:
@@ -89,7 +89,7 @@ async def measure(
         "mode": mode, "k": k, "chats": chats, **per_chat,
         "wall_ms_per_chat": 1000 * (wall1 - wall0) / chats,
         "client_ttft_ms_median": statistics.median(s.client_ttft_ms for s in samples),
-        "parts_median_ms": {p: statistics.median(s.parts[p] for s in samples) for p in PARTS},
+        "parts_median_ms": part_medians(samples),
         "query_embedded_on": sorted({str(s.query_embedded_on) for s in samples}),
     }  # fmt: skip
 

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench.serve.chats import DETAILS
 from bench.serve.serve import PARTS
 
 
@@ -38,11 +39,27 @@ def markdown(result: dict[str, Any]) -> str:
         parts = r["parts_median_ms"]
         values = " | ".join(f"{parts.get(p, 0.0):.1f}" for p in PARTS)
         lines.append(f"| {r['users']} | {r['k']} | {r['mode']} | {values} | {_where(r)} |")
+    lines += _details_table(ours)
     if peer:
         lines += _peer_tables(ours, peer)
     lines += _cpu_table(result["cells"])
     lines += _loops_table(result["cells"])
     return "\n".join(lines) + "\n"
+
+
+def _details_table(cells: list[dict[str, Any]]) -> list[str]:
+    """Where the auth_db and search parts went, from the API's splits (medians, ms)."""
+    names = sorted({n for c in cells for n in c["parts_median_ms"] if n.startswith(DETAILS)})
+    if not names:
+        return []
+    lines = ["", "Where auth_db and search went (the API's splits; medians, ms):", "",
+             "| users | k | mode | " + " | ".join(names) + " |",
+             "|---|---|---|" + "---|" * len(names)]  # fmt: skip
+    for r in cells:
+        parts = r["parts_median_ms"]
+        values = " | ".join(f"{parts[n]:.2f}" if n in parts else "-" for n in names)
+        lines.append(f"| {r['users']} | {r['k']} | {r['mode']} | {values} |")
+    return lines
 
 
 def _loops_table(cells: list[dict[str, Any]]) -> list[str]:

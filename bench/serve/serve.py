@@ -11,6 +11,11 @@ Postgres, MiniLM + FAISS retrieval, the runtime). Per cell (users, k, mode):
   authentication, tenant lookup), ``embed``, ``search`` (FAISS and the fact rows), ``compose``,
   ``commit``, ``api_runtime_hops`` (API -> runtime -> API around the runtime's TTFT), the
   runtime's ``engine_ttft``, and ``client_api_hops`` (the rest: client <-> API, SSE);
+  beside them, where ``auth_db`` went (``auth_db_admitted``: arrival to the tenant let in,
+  ``auth_db_admission_own``: the admission's own Redis and cache work,
+  ``auth_db_retrieval_thread``: arrival to the retrieval's thread) and where ``search`` went
+  (``search_user``, ``search_index``, ``search_keyword``, ``search_dense``, ``search_rows``,
+  ``search_keys``: backend/services/memories.py and chat.py);
 * ``/healthz`` latency, probed every 20 ms while the cell runs.
 """
 
@@ -269,6 +274,13 @@ class ServeBench:
         return cell
 
 
+def part_medians(samples: list[Sample]) -> dict[str, float]:
+    """Each part's median over the samples that have it (a split is there only when its step
+    ran: the search's when the chat searched)."""
+    names = dict.fromkeys(name for s in samples for name in s.parts)
+    return {n: statistics.median([s.parts[n] for s in samples if n in s.parts]) for n in names}
+
+
 def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
     rows = []
     for c in cells:
@@ -278,8 +290,7 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "failures": c.failures, "errors": c.errors,
             "requests_per_s": done / c.seconds if c.seconds else 0.0,
             "client_ttft_ms": _summary([s.client_ttft_ms for s in c.samples]),
-            "parts_median_ms": {p: statistics.median([s.parts[p] for s in c.samples])
-                                for p in c.samples[0].parts} if c.samples else {},
+            "parts_median_ms": part_medians(c.samples),
             "healthz_ms": _summary(c.health_ms),
             "query_embedded_on": dict(Counter(str(s.query_embedded_on) for s in c.samples)),
             "content_chunks_per_chat": _summary([float(s.content_chunks) for s in c.samples]),

@@ -39,7 +39,7 @@
 # the GPU each; requests alternate, they never run at once); then `inferscale bench serve` at
 # 1 user (20 requests a cell) and 100 users (PER_USER each, 5), k = 0, 20, 50, 100, hybrid/kv/prompt and
 # the peer; then the runtime's own encode rate. Results under $OUT. A subset: KS=50 MODES=kv,hybrid
-# ENCODE=0 (the runtime's encode rate skipped); SERVE_USERS=1 or 100 (one of the two runs);
+# ENCODE=0 (the runtime's encode rate skipped); FLOORS=0 (`bench floors` skipped); SERVE_USERS=1 or 100 (one of the two runs);
 # API_WORKERS=N API processes (4: run 4 found the API the bound at 100 users). Each cell also
 # says which service kept the host's CPUs busy (--pid-dir: the daemons' pid files).
 set -uo pipefail
@@ -47,7 +47,8 @@ cd "$(dirname "$0")/../.."
 # shellcheck disable=SC1091
 source /opt/platform/env.sh
 model=/opt/platform/models/llama-3.1-8b-smolvocab
-res=/opt/platform/results/${1:-none}   # everything, returned as one tarball ($OUT takes 8 files)
+# TAG=name: this run's results apart from another of the same mode (an A/B in back-to-back calls)
+res=/opt/platform/results/${1:-none}${TAG:+-$TAG}   # everything, returned as one tarball
 mkdir -p "$res"
 bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,100}"
        --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16
@@ -110,6 +111,8 @@ case ${1:-} in
       grep -v "spaCy\|Hybrid (BM25)" "$log"
     fi
     gc_pauses after
+    # What the chat's two hops and its Postgres and Redis round trips cost alone on this host.
+    [ "${FLOORS:-1}" = 1 ] && python3 -m bench floors --rounds 300 --out "$res/floors" | tail -8
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
       --out "$res/runtime-encode" 2>&1 | tail -3
     ;;
@@ -245,4 +248,4 @@ case ${1:-} in
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null
-tar -C "$res" -czf "$OUT/${1}.tar.gz" .
+tar -C "$res" -czf "$OUT/${1}${TAG:+-$TAG}.tar.gz" .

@@ -24,7 +24,7 @@ from backend.api import openai_compat
 from backend.api.chat_stream import ChatStream, choice
 from backend.api.deps import AdmissionDep, ResourcesDep
 from backend.api.metrics import CHAT_MEMORIES, CHAT_TTFT, TENANT_TOKENS
-from backend.api.middleware import ARRIVED
+from backend.api.middleware import ADMITTED, ARRIVED
 from backend.api.schemas.chat import ChatCompletionRequest, inferscale_extension, usage_of
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.db.session import commit, read_session_factory
@@ -65,6 +65,7 @@ def _retrieve(
     connection is never held while the request waits for a thread (two hops held one across
     the wait; at 100 concurrent chats the pool ran dry and 5 of 200 got a 503). Also the
     served model's name for ``asked`` (a 404 if it names another model)."""
+    entered = time.perf_counter()
     model = openai_compat.served_model(resources.engine, resources.settings, asked)
     with read_session_factory()() as session:
         ctx = resources.tenant_context(session, tenant)
@@ -72,6 +73,7 @@ def _retrieve(
         committing = time.perf_counter()
         commit(session)
         run.timings_ms["commit"] = (time.perf_counter() - committing) * 1000
+    run.timings_ms["auth_db_retrieval_thread"] = (entered - run.started) * 1000
     return run, model
 
 
@@ -100,8 +102,13 @@ async def chat_completions(
         max_tokens_given=(body.max_completion_tokens or body.max_tokens) is not None,
         sampling=openai_compat.sampling(body),
     )
-    arrived = http.scope.get("state", {}).get(ARRIVED)
+    state = http.scope.get("state", {})
+    arrived = state.get(ARRIVED)
     run, model = await run_in_threadpool(_retrieve, resources, tenant, request, arrived, body.model)
+    if arrived is not None and ADMITTED in state:  # where the auth_db lap went
+        admission_started, admitted = state[ADMITTED]
+        run.timings_ms["auth_db_admitted"] = (admitted - arrived) * 1000
+        run.timings_ms["auth_db_admission_own"] = (admitted - admission_started) * 1000
     completion_id = f"chatcmpl-{uuid.uuid4().hex}"
     created = int(time.time())
     events = run.stream()
