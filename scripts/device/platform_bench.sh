@@ -98,7 +98,10 @@ case ${1:-} in
     # SERVE_USERS=1 or 100: one of the two runs (the platform and the peer stay up between
     # back-to-back device calls, so the two can go in separate calls, each within its limit).
     if [[ ",${SERVE_USERS:-1,100}," == *",1,"* ]]; then
-      "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" 2>&1 | grep -v "spaCy\|Hybrid (BM25)"
+      # Its whole output kept (run 17 lost a failed run's to the call's 12,000-character tail).
+      "${bench[@]}" --users 1 --requests-per-user 20 --out "$res/serve-1user" >"$res/serve-1user.log" 2>&1 \
+        || echo "!! the 1-user run failed ($?): serve-1user.log"
+      grep -v "spaCy\|Hybrid (BM25)" "$res/serve-1user.log" | tail -60
     fi
     if [[ ",${SERVE_USERS:-1,100}," == *",100,"* ]]; then
       log=$res/serve-100users.log

@@ -37,6 +37,18 @@ def test_the_api_searches_users_on_the_cpu_even_with_a_gpu_build(
     assert resources(index_on_gpu=True).index.on_gpu
 
 
+def test_the_api_searches_on_the_openmp_threads_its_setting_names() -> None:
+    settings, before = get_settings(), faiss.omp_get_max_threads()
+    try:
+        assert settings.index_search_threads == 1  # the default: a chat's one query
+        for threads in (2, 1):
+            chosen = settings.model_copy(update={"index_search_threads": threads})
+            Resources(chosen, EngineClient(chosen))
+            assert faiss.omp_get_max_threads() == threads
+    finally:
+        faiss.omp_set_num_threads(before)
+
+
 @pytest.mark.db
 def test_the_warm_up_leaves_connections_open_in_the_pool(migrated_database: str) -> None:
     """A fresh process's first concurrent requests find connections waiting (after a restart

@@ -11,7 +11,7 @@ import numpy.typing as npt
 import pytest
 
 from backend.retrieval import index as index_module
-from backend.retrieval.index import FactIndex, IndexKey, gpu_available
+from backend.retrieval.index import FactIndex, IndexKey, gpu_available, limit_search_threads
 from gpu_runtime.types import TenantId
 
 pytestmark = pytest.mark.unit
@@ -383,3 +383,14 @@ def test_an_incremental_change_applies_only_to_a_current_index(
     assert index.apply_if_current(ALICE, 4, 5, [(7, rows[0])], removals=[1])
     assert index.revision(ALICE) == 5 and index.size(ALICE) == 2
     assert index.search(ALICE, rows[0], 1)[0][0] == 7
+
+
+def test_search_threads_are_capped_and_zero_keeps_the_current_count() -> None:
+    before = faiss.omp_get_max_threads()
+    try:
+        assert limit_search_threads(1) == 1 == faiss.omp_get_max_threads()
+        assert limit_search_threads(0) == 1  # 0 changes nothing
+        with pytest.raises(ValueError):
+            limit_search_threads(-1)
+    finally:
+        faiss.omp_set_num_threads(before)
