@@ -191,9 +191,8 @@ class Settings(BaseSettings):
     # wins from ~1,000 facts per index (docs/benchmarks.md, "FAISS: which search runs where").
     index_on_gpu: bool = Field(default=False, validation_alias="INFERSCALE_INDEX_ON_GPU")
     # OpenMP threads of FAISS's CPU searches (0: FAISS's default, one per core). One query over
-    # one user's few hundred facts gains nothing from a team of threads, and the team's threads
-    # spin on after each search, taking cores from the rest of the host (docs/benchmarks.md,
-    # "FAISS's threads").
+    # one user's few hundred facts gains nothing from a team of threads, whose threads libgomp
+    # keeps busy-waiting a while after each search (docs/benchmarks.md, run 17).
     index_search_threads: int = Field(
         default=1, ge=0, le=256, validation_alias="INFERSCALE_INDEX_SEARCH_THREADS"
     )
