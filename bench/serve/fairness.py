@@ -18,8 +18,8 @@ from typing import Any
 
 import httpx
 
-from bench.serve.chats import http_client
-from bench.serve.serve import _summary
+from bench.serve.chats import Sample, http_client, parts_of
+from bench.serve.serve import part_medians, summarize
 
 FACTS = [
     "The user's locker code is 4417.", "The user's favourite colour is teal.",
@@ -37,6 +37,7 @@ class Phase:
     name: str
     b_latency_ms: list[float] = field(default_factory=list)
     b_ttft_ms: list[float] = field(default_factory=list)
+    b_samples: list[Sample] = field(default_factory=list)  # B's TTFTs with the API's parts
     a_served: int = 0
     a_limited: int = 0
     a_retry_after: list[float] = field(default_factory=list)
@@ -49,9 +50,10 @@ class Phase:
     def row(self) -> dict[str, Any]:
         served = self.a_served + len(self.b_latency_ms)
         return {
-            "phase": self.name, "b_latency_ms": _summary(self.b_latency_ms),
-            "b_ttft_ms": _summary(self.b_ttft_ms), "a_served": self.a_served,
-            "a_429": self.a_limited, "a_retry_after_s": _summary(self.a_retry_after),
+            "phase": self.name, "b_latency_ms": summarize(self.b_latency_ms),
+            "b_ttft_ms": summarize(self.b_ttft_ms),
+            "b_parts_median_ms": part_medians(self.b_samples), "a_served": self.a_served,
+            "a_429": self.a_limited, "a_retry_after_s": summarize(self.a_retry_after),
             "b_429": self.b_limited, "5xx": self.server_errors, "seconds": round(self.seconds, 2),
             "requests_per_s": served / self.seconds if self.seconds else 0.0,
             "preempted": self.preempted, "gate": self.gate,
@@ -139,10 +141,12 @@ class FairnessBench:
             for sdk in sdks.values():
                 await sdk.close()
 
-    async def _chat(self, sdk: Any, index: int) -> tuple[float, float]:
-        """(total latency, TTFT) in ms of one streamed chat."""
+    async def _chat(self, sdk: Any, index: int) -> tuple[float, Sample]:
+        """The total latency in ms of one streamed chat, and its TTFT with the API's parts of it
+        (where B's time goes under the flood: the API's laps, the hops, the runtime's share)."""
         sent = time.perf_counter()
         first: float | None = None
+        extension: dict[str, Any] = {}
         stream = await sdk.chat.completions.create(
             model="inferscale", user="u", stream=True, temperature=0, max_tokens=self.max_tokens,
             messages=[{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}],
@@ -151,14 +155,16 @@ class FairnessBench:
         async for chunk in stream:
             if first is None and chunk.choices and chunk.choices[0].delta.content:
                 first = time.perf_counter()
+            extension = (chunk.model_extra or {}).get("inferscale", extension)
         done = time.perf_counter()
-        return (done - sent) * 1000, ((first or done) - sent) * 1000
+        ttft = ((first or done) - sent) * 1000
+        return (done - sent) * 1000, Sample(ttft, parts_of(extension, ttft))
 
     async def _b(self, sdk: Any, phase: Phase, index: int) -> None:
         import openai
 
         try:
-            latency, ttft = await self._chat(sdk, index)
+            latency, sample = await self._chat(sdk, index)
         except openai.RateLimitError:
             phase.b_limited += 1
             return
@@ -166,7 +172,8 @@ class FairnessBench:
             phase.server_errors += 1
             return
         phase.b_latency_ms.append(latency)
-        phase.b_ttft_ms.append(ttft)
+        phase.b_ttft_ms.append(sample.client_ttft_ms)
+        phase.b_samples.append(sample)
 
     async def _flood(self, sdks: dict[str, Any], name: str, users: int, b_requests: int) -> Phase:
         import openai
@@ -232,6 +239,7 @@ def markdown(result: dict[str, Any]) -> str:
             f"{b['p95'] / idle95:.2f}x | {r['b_ttft_ms']['median']:.1f} | {r['a_served']} | "
             f"{r['a_429']} | {r.get('preempted', 0)} | {r['5xx']} | {r['requests_per_s']:.2f} |"
         )
+    lines += _parts_table(rows)
     open_rate = rows[-1]["requests_per_s"]
     if len(rows) >= 3 and open_rate:
         lines.append("")
@@ -239,3 +247,23 @@ def markdown(result: dict[str, Any]) -> str:
             ratio = r["requests_per_s"] / open_rate
             lines.append(f"* Throughput under the flood, {r['phase']} / open gate: {ratio:.2f}x.")
     return "\n".join(lines) + "\n"
+
+
+# B's TTFT in the order a chat spends it: the API's laps, its hop to the runtime and back, the
+# runtime's own share (its queue at the fair gate included), and the client's hop to the API.
+PARTS = ("auth_db", "embed", "search", "compose", "commit", "api_runtime_hops", "engine_ttft",
+         "client_api_hops")  # fmt: skip
+
+
+def _parts_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Where B's TTFT went in each phase (medians of each part, so they need not add up)."""
+    if not any(r.get("b_parts_median_ms") for r in rows):
+        return []
+    lines = ["", "Where B's TTFT went (p50 ms of each part, from the API's per-request timings):",
+             "", "| phase | TTFT | " + " | ".join(PARTS) + " |",
+             "|---|---|" + "---|" * len(PARTS)]  # fmt: skip
+    for r in rows:
+        parts = r.get("b_parts_median_ms") or {}
+        cells = " | ".join(f"{parts[n]:.1f}" if n in parts else "" for n in PARTS)
+        lines.append(f"| {r['phase']} | {r['b_ttft_ms']['median']:.1f} | {cells} |")
+    return lines

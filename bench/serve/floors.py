@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -35,8 +34,10 @@ from typing import Any
 
 import aiohttp
 import httpx
+from fastapi.concurrency import run_in_threadpool
 
 from bench.serve.chats import http_client
+from bench.serve.serve import summarize
 
 PROBES = ("client_hop", "runtime_hop", "thread_hop", "postgres", "redis")
 WARMUP_ROUNDS = 20
@@ -122,20 +123,14 @@ class Probes:
         return took
 
     async def thread_hop(self) -> float:
-        from fastapi.concurrency import run_in_threadpool
-
         started = time.perf_counter()
         await run_in_threadpool(time.perf_counter)
         return _since(started)
 
     async def postgres(self) -> float:
-        from fastapi.concurrency import run_in_threadpool
-
         return await run_in_threadpool(_postgres_read)
 
     async def redis_get(self) -> float:
-        from fastapi.concurrency import run_in_threadpool
-
         return await run_in_threadpool(self._redis_get)
 
     def _redis_get(self) -> float:
@@ -176,13 +171,7 @@ async def measure(base_url: str, rounds: int, body_tokens: int) -> dict[str, lis
 
 
 def summary(samples: dict[str, list[float]]) -> dict[str, Any]:
-    def stats(values: list[float]) -> dict[str, float]:
-        ordered = sorted(values)
-        p95 = ordered[int(0.95 * (len(ordered) - 1))]
-        return {"median": statistics.median(ordered), "p95": p95, "min": ordered[0],
-                "n": len(ordered)}  # fmt: skip
-
-    probes = {name: stats(values) for name, values in samples.items()}
+    probes = {name: summarize(values) for name, values in samples.items()}
     return {"probes_ms": probes, "floor_ms": sum(p["median"] for p in probes.values())}
 
 

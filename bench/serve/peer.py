@@ -28,7 +28,7 @@ from bench.serve.chats import (
 )
 from bench.serve.clients import ClientProcesses
 from bench.serve.host_cpu import CpuMeter
-from bench.serve.serve import Cell, _summary, measure_cell
+from bench.serve.serve import Cell, measure_cell, summarize
 
 PEER_PARTS = ("search", "compose", "server")
 
@@ -88,7 +88,7 @@ class PeerBench:
             cell, self.cpu, workload,
             lambda: run_users(workload, list(range(n)), [sdk], self.memory), None, clients,
         )  # fmt: skip
-        ttft = _summary([s.client_ttft_ms for s in cell.samples])
+        ttft = summarize([s.client_ttft_ms for s in cell.samples])
         print(
             f"peer  users={n:<3} k={k:<3} client TTFT p50 {ttft['median']:.1f} ms, "
             f"{len(cell.samples) / cell.seconds:.2f} req/s, {cell.failures} failed",

@@ -106,12 +106,14 @@ async def measure_cell(
         cell.server_loops = probes.cell(before, probes.snapshot())
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def summarize(values: list[float]) -> dict[str, float]:
+    """Median, p95 (nearest rank), min, max and count of a bench's samples."""
     if not values:
-        return {"median": 0.0, "p95": 0.0, "max": 0.0, "n": 0}
+        return {"median": 0.0, "p95": 0.0, "min": 0.0, "max": 0.0, "n": 0}
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
-    return {"median": statistics.median(ordered), "p95": p95, "max": ordered[-1], "n": len(ordered)}
+    return {"median": statistics.median(ordered), "p95": p95, "min": ordered[0],
+            "max": ordered[-1], "n": len(ordered)}  # fmt: skip
 
 
 class ServeBench:
@@ -263,8 +265,8 @@ class ServeBench:
         )  # fmt: skip
         running = False
         await prober
-        ttft = _summary([s.client_ttft_ms for s in cell.samples])
-        chunks = _summary([float(s.content_chunks) for s in cell.samples])
+        ttft = summarize([s.client_ttft_ms for s in cell.samples])
+        chunks = summarize([float(s.content_chunks) for s in cell.samples])
         print(
             f"serve users={n:<3} k={k:<3} {mode:<6} client TTFT p50 {ttft['median']:.1f} ms, "
             f"{len(cell.samples) / cell.seconds:.2f} req/s, {cell.failures} failed, "
@@ -289,15 +291,15 @@ def to_rows(cells: list[Cell]) -> list[dict[str, Any]]:
             "users": c.users, "k": c.k, "mode": c.mode, "requests": done + c.failures,
             "failures": c.failures, "errors": c.errors,
             "requests_per_s": done / c.seconds if c.seconds else 0.0,
-            "client_ttft_ms": _summary([s.client_ttft_ms for s in c.samples]),
+            "client_ttft_ms": summarize([s.client_ttft_ms for s in c.samples]),
             "parts_median_ms": part_medians(c.samples),
-            "healthz_ms": _summary(c.health_ms),
+            "healthz_ms": summarize(c.health_ms),
             "query_embedded_on": dict(Counter(str(s.query_embedded_on) for s in c.samples)),
-            "content_chunks_per_chat": _summary([float(s.content_chunks) for s in c.samples]),
+            "content_chunks_per_chat": summarize([float(s.content_chunks) for s in c.samples]),
             "cpu_cores": c.cpu_cores,
             "busiest_process_cores": c.busiest_process,
             "busiest_process_name": c.busiest_name,
-            "client_loop_lag_ms": _summary(c.loop_lag_ms),
+            "client_loop_lag_ms": summarize(c.loop_lag_ms),
             "server_loops": c.server_loops,
         })  # fmt: skip
     return rows

@@ -90,11 +90,15 @@ daemon() {  # daemon NAME COMMAND...: a process of its own session, outliving th
   echo $! >"$BASE/$name.pid"
 }
 
-stop_one() {
-  local pidfile=$BASE/$1.pid
+stop_one() {  # the daemon's whole process group (its session), not only its first process
+  local pidfile=$BASE/$1.pid pid
   [ -f "$pidfile" ] || return 0
-  kill -- -"$(cat "$pidfile")" 2>/dev/null || kill "$(cat "$pidfile")" 2>/dev/null || true
-  for _ in $(seq 60); do kill -0 "$(cat "$pidfile")" 2>/dev/null || break; sleep 0.5; done
+  pid=$(cat "$pidfile")
+  kill -- -"$pid" 2>/dev/null || kill "$pid" 2>/dev/null || true
+  # Run 17 restarted the API while its old worker processes still held :8000: wait for the
+  # whole group, then kill what is left of it.
+  for _ in $(seq 60); do pgrep -g "$pid" >/dev/null || kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  pkill -9 -g "$pid" 2>/dev/null || true
   rm -f "$pidfile"
 }
 

@@ -25,6 +25,9 @@ def test_fairness_bench_measures_both_tenants_in_three_phases(
     assert [p["phase"].split(",")[0] for p in phases] == ["idle", "flood", "flood"]
     for phase in phases:
         assert phase["b_latency_ms"]["n"] == 2 and phase["5xx"] == 0
+        parts = phase["b_parts_median_ms"]  # where B's time went, from the API's timings
+        assert 0 < parts["engine_ttft"] < phase["b_ttft_ms"]["max"]
+        assert parts["search"] > 0 and parts["auth_db"] > 0
     for flood in phases[1:]:
         assert flood["a_served"] > 0 and flood["requests_per_s"] > 0
         assert len(flood["gate"]["tenants"]) >= 2  # both tenants went through the gate
@@ -33,3 +36,4 @@ def test_fairness_bench_measures_both_tenants_in_three_phases(
     text = markdown({"model": "m", "device": "cpu", "users": 3, "b_requests": 2, "k": 5,
                      "mode": "kv", "max_tokens": 2, "phases": phases})  # fmt: skip
     assert "B p50 / idle" in text and "A preempted" in text
+    assert "Where B's TTFT went" in text and "| engine_ttft |" in text
