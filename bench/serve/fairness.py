@@ -5,7 +5,8 @@ configured and with it opened as wide as the engine's batch (first come, first s
 side in one run.
 
 Both tenants chat as the official OpenAI SDK does (streaming, ``max_retries=0`` so every 429 is
-counted; a refused user waits the ``Retry-After`` it was given, as the SDK would).
+counted; a refused user waits the ``Retry-After`` it was given, as the SDK would). A's users run
+in processes of their own (``flood.py``), so B's latency is not the load generator's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from typing import Any
 import httpx
 
 from bench.serve.chats import Sample, http_client, parts_of
+from bench.serve.flood import FloodCounts, FloodProcesses, FloodSpec
+from bench.serve.loop_lag import LoopLag
 from bench.serve.serve import part_medians, summarize
 
 FACTS = [
@@ -38,23 +41,24 @@ class Phase:
     b_latency_ms: list[float] = field(default_factory=list)
     b_ttft_ms: list[float] = field(default_factory=list)
     b_samples: list[Sample] = field(default_factory=list)  # B's TTFTs with the API's parts
-    a_served: int = 0
-    a_limited: int = 0
-    a_retry_after: list[float] = field(default_factory=list)
-    server_errors: int = 0
+    a: FloodCounts = field(default_factory=FloodCounts)
+    b_server_errors: int = 0
     b_limited: int = 0
+    b_loop_lag_ms: list[float] = field(default_factory=list)  # the bench process's own lateness
     seconds: float = 0.0
     gate: dict[str, Any] = field(default_factory=dict)
     preempted: int = 0  # requests the gate took back (and resumed) during the phase
 
     def row(self) -> dict[str, Any]:
-        served = self.a_served + len(self.b_latency_ms)
+        served = self.a.served + len(self.b_latency_ms)
         return {
             "phase": self.name, "b_latency_ms": summarize(self.b_latency_ms),
             "b_ttft_ms": summarize(self.b_ttft_ms),
-            "b_parts_median_ms": part_medians(self.b_samples), "a_served": self.a_served,
-            "a_429": self.a_limited, "a_retry_after_s": summarize(self.a_retry_after),
-            "b_429": self.b_limited, "5xx": self.server_errors, "seconds": round(self.seconds, 2),
+            "b_parts_median_ms": part_medians(self.b_samples),
+            "b_loop_lag_ms": summarize(self.b_loop_lag_ms), "a_served": self.a.served,
+            "a_429": self.a.limited, "a_retry_after_s": summarize(self.a.retry_after_s),
+            "a_errors": self.a.errors, "b_429": self.b_limited,
+            "5xx": self.a.server_errors + self.b_server_errors, "seconds": round(self.seconds, 2),
             "requests_per_s": served / self.seconds if self.seconds else 0.0,
             "preempted": self.preempted, "gate": self.gate,
         }  # fmt: skip
@@ -107,39 +111,47 @@ class FairnessBench:
             return result
 
     async def run(
-        self, users: int, b_requests: int, wide_slots: int, slots: list[int] | None = None
+        self,
+        users: int,
+        b_requests: int,
+        wide_slots: int,
+        slots: list[int] | None = None,
+        flood_processes: int = 4,
     ) -> list[dict[str, Any]]:
         """Phases: B idle; the flood with the gate at each of ``slots`` (default: as the runtime
-        is configured); the flood with the gate open (``wide_slots``). The gate is put back."""
+        is configured); the flood with the gate open (``wide_slots``). The gate is put back.
+        A's ``users`` are dealt over ``flood_processes`` processes (``flood.py``)."""
         import openai
 
-        sdks = {name: openai.AsyncOpenAI(api_key=key, base_url=f"{self.api}/v1", max_retries=0,
-                                         http_client=http_client())
-                for name, key in self.keys.items()}  # fmt: skip
+        b_sdk = openai.AsyncOpenAI(api_key=self.keys["B"], base_url=f"{self.api}/v1",
+                                   max_retries=0, http_client=http_client())  # fmt: skip
+        spec = FloodSpec(self.api, self.keys["A"], tuple(QUESTIONS), self.max_tokens, self.k,
+                         self.mode)  # fmt: skip
         configured = int(self.gate()["slots"])
+        flood = await asyncio.to_thread(FloodProcesses, spec, users, flood_processes)
         try:
-            for sdk in sdks.values():  # warm-up: preambles, indexes, tokenizer
-                await self._chat(sdk, 0)
+            await self._chat(b_sdk, 0)  # warm-up: preambles, indexes, tokenizer (A's: flood.py)
             idle = Phase("idle")
             started = time.perf_counter()
-            for i in range(b_requests):
-                await self._b(sdks["B"], idle, i)
-            idle.seconds = time.perf_counter() - started
+            async with LoopLag() as lag:
+                for i in range(b_requests):
+                    await self._b(b_sdk, idle, i)
+            idle.seconds, idle.b_loop_lag_ms = time.perf_counter() - started, lag.ms
             phases = [idle]
             try:
                 for size in slots or [configured]:
                     self.gate(size)
-                    phases.append(await self._flood(sdks, f"flood, fair gate ({size} slots)",
-                                                    users, b_requests))  # fmt: skip
+                    name = f"flood, fair gate ({size} slots)"
+                    phases.append(await self._flood(b_sdk, flood, name, b_requests))
                 self.gate(wide_slots)
                 wide = f"flood, gate open ({wide_slots} slots: first come, first served)"
-                phases.append(await self._flood(sdks, wide, users, b_requests))
+                phases.append(await self._flood(b_sdk, flood, wide, b_requests))
             finally:
                 self.gate(configured)
             return [phase.row() for phase in phases]
         finally:
-            for sdk in sdks.values():
-                await sdk.close()
+            await b_sdk.close()
+            flood.close()
 
     async def _chat(self, sdk: Any, index: int) -> tuple[float, Sample]:
         """The total latency in ms of one streamed chat, and its TTFT with the API's parts of it
@@ -169,46 +181,28 @@ class FairnessBench:
             phase.b_limited += 1
             return
         except openai.InternalServerError:
-            phase.server_errors += 1
+            phase.b_server_errors += 1
             return
         phase.b_latency_ms.append(latency)
         phase.b_ttft_ms.append(sample.client_ttft_ms)
         phase.b_samples.append(sample)
 
-    async def _flood(self, sdks: dict[str, Any], name: str, users: int, b_requests: int) -> Phase:
-        import openai
-
+    async def _flood(self, b_sdk: Any, flood: FloodProcesses, name: str, b_requests: int) -> Phase:
         phase = Phase(name)
-        flooding = True
-
-        async def a_user(u: int) -> None:
-            i = u
-            while flooding:
-                try:
-                    await self._chat(sdks["A"], i)
-                    phase.a_served += 1
-                except openai.RateLimitError as exc:
-                    phase.a_limited += 1
-                    wait = float(exc.response.headers.get("retry-after", "1"))
-                    phase.a_retry_after.append(wait)
-                    await asyncio.sleep(wait)
-                except openai.InternalServerError:
-                    phase.server_errors += 1
-                i += users
-
         # Quiet first, so that A floods alone (the engine's whole batch) and B's arrival is the
         # moment contention begins: the transition the gate has to handle, in every phase.
         await asyncio.sleep(QUIET_S)
         preempted = _preempted(self.gate())
         started = time.perf_counter()
-        flood = [asyncio.create_task(a_user(u)) for u in range(users)]
+        flood.start()
         await asyncio.sleep(1.0)  # the flood is on before B's first request
-        for i in range(b_requests):
-            await self._b(sdks["B"], phase, i)
+        async with LoopLag() as lag:
+            for i in range(b_requests):
+                await self._b(b_sdk, phase, i)
+        phase.b_loop_lag_ms = lag.ms
         phase.gate = self.gate()
         phase.preempted = _preempted(phase.gate) - preempted
-        flooding = False
-        await asyncio.gather(*flood)
+        phase.a = await asyncio.to_thread(flood.stop)
         phase.seconds = time.perf_counter() - started
         return phase
 
@@ -260,10 +254,14 @@ def _parts_table(rows: list[dict[str, Any]]) -> list[str]:
     if not any(r.get("b_parts_median_ms") for r in rows):
         return []
     lines = ["", "Where B's TTFT went (p50 ms of each part, from the API's per-request timings):",
-             "", "| phase | TTFT | " + " | ".join(PARTS) + " |",
-             "|---|---|" + "---|" * len(PARTS)]  # fmt: skip
+             "", "| phase | TTFT | " + " | ".join(PARTS) + " | B's loop late p95 |",
+             "|---|---|" + "---|" * (len(PARTS) + 1)]  # fmt: skip
     for r in rows:
         parts = r.get("b_parts_median_ms") or {}
         cells = " | ".join(f"{parts[n]:.1f}" if n in parts else "" for n in PARTS)
-        lines.append(f"| {r['phase']} | {r['b_ttft_ms']['median']:.1f} | {cells} |")
+        late = r.get("b_loop_lag_ms", {}).get("p95")
+        lines.append(f"| {r['phase']} | {r['b_ttft_ms']['median']:.1f} | {cells} | "
+                     f"{'' if late is None else f'{late:.1f}'} |")  # fmt: skip
+    lines += [f"* {r['phase']}: A's other failures: {r['a_errors']}" for r in rows
+              if r.get("a_errors")]  # fmt: skip
     return lines

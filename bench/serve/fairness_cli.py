@@ -30,6 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", default="", help=sizes_help)
     parser.add_argument("--wide-slots", type=int, default=256,
                         help="the open gate's slots (the engine's max_num_seqs)")  # fmt: skip
+    parser.add_argument("--flood-processes", type=int, default=4,
+                        help="processes driving A's users (B stays in this one)")  # fmt: skip
     parser.add_argument("--out", type=Path, default=Path("runs/fairness"))
     args = parser.parse_args(argv)
 
@@ -39,12 +41,13 @@ def main(argv: list[str] | None = None) -> int:
                           args.max_tokens, args.k, args.mode)  # fmt: skip
     bench.prepare()
     sizes = [int(x) for x in args.slots.split(",") if x]
-    phases = asyncio.run(bench.run(args.users, args.b_requests, args.wide_slots, sizes or None))
+    phases = asyncio.run(bench.run(args.users, args.b_requests, args.wide_slots, sizes or None,
+                                   args.flood_processes))  # fmt: skip
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
     result = {
         "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",
         "users": args.users, "b_requests": args.b_requests, "k": args.k, "mode": args.mode,
-        "max_tokens": args.max_tokens, "phases": phases,
+        "max_tokens": args.max_tokens, "flood_processes": args.flood_processes, "phases": phases,
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "fairness.json").write_text(json.dumps(result, indent=1))

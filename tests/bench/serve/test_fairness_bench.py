@@ -21,15 +21,16 @@ def test_fairness_bench_measures_both_tenants_in_three_phases(
     bench = FairnessBench(served_api, ADMIN_KEY, runtime_server.url, SERVICE_TOKEN, max_tokens=2)
     bench.prepare(log=lambda _: None)
     before = bench.gate()["slots"]
-    phases = asyncio.run(bench.run(users=3, b_requests=2, wide_slots=64))
+    phases = asyncio.run(bench.run(users=3, b_requests=2, wide_slots=64, flood_processes=2))
     assert [p["phase"].split(",")[0] for p in phases] == ["idle", "flood", "flood"]
     for phase in phases:
         assert phase["b_latency_ms"]["n"] == 2 and phase["5xx"] == 0
         parts = phase["b_parts_median_ms"]  # where B's time went, from the API's timings
         assert 0 < parts["engine_ttft"] < phase["b_ttft_ms"]["max"]
         assert parts["search"] > 0 and parts["auth_db"] > 0
-    for flood in phases[1:]:
-        assert flood["a_served"] > 0 and flood["requests_per_s"] > 0
+    for flood in phases[1:]:  # A's users ran in two processes of their own
+        assert flood["a_served"] > 0 and flood["requests_per_s"] > 0 and flood["a_errors"] == {}
+        assert flood["b_loop_lag_ms"]["n"] > 0
         assert len(flood["gate"]["tenants"]) >= 2  # both tenants went through the gate
     assert phases[2]["gate"]["slots"] == 64
     assert bench.gate()["slots"] == before  # the bench puts the gate back

@@ -1,0 +1,169 @@
+"""Tenant A's flood for ``bench fairness``, driven from processes of its own.
+
+One process used to drive A's users and B's chats. Under the open gate on the GPU host A was
+served ~190 chats/s, about 2,000 streamed chunks/s parsed by the SDK, and that process's event
+loop running late counted in B's latency as if the platform had spent it (one process driving
+100 users' streams woke 63 ms late at p95 in ``bench serve``'s run 13: ``clients.py``). Now A's
+users are dealt over ``processes`` spawned processes, each with its own loop and SDK client,
+and the bench's own process carries only B (its loop's lateness is reported beside B's
+figures). A tenant's app would run many processes too.
+
+Each process is started once and floods on ``start`` until ``stop``; it then reports what its
+users were served and refused. A refused user waits the ``Retry-After`` it was given, as the
+SDK would with retries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import multiprocessing
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+REPLY_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class FloodSpec:
+    """What every flooding user asks: one streamed chat after another."""
+
+    api: str
+    key: str
+    questions: tuple[str, ...]
+    max_tokens: int
+    k: int
+    mode: str
+
+
+@dataclass
+class FloodCounts:
+    """What A's users got during one phase (summed over the processes)."""
+
+    served: int = 0
+    limited: int = 0
+    retry_after_s: list[float] = field(default_factory=list)
+    server_errors: int = 0
+    errors: dict[str, int] = field(default_factory=dict)  # anything else, by kind
+
+    def add(self, other: FloodCounts) -> None:
+        self.served += other.served
+        self.limited += other.limited
+        self.retry_after_s += other.retry_after_s
+        self.server_errors += other.server_errors
+        for kind, count in other.errors.items():
+            self.errors[kind] = self.errors.get(kind, 0) + count
+
+
+async def chat(sdk: Any, spec: FloodSpec, index: int) -> None:
+    """One streamed chat, read to its end."""
+    stream = await sdk.chat.completions.create(
+        model="inferscale", user="u", stream=True, temperature=0, max_tokens=spec.max_tokens,
+        messages=[{"role": "user", "content": spec.questions[index % len(spec.questions)]}],
+        extra_body={"memory": {"mode": spec.mode, "top_k": spec.k}},
+    )  # fmt: skip
+    async for _ in stream:
+        pass
+
+
+async def _flood(sdk: Any, spec: FloodSpec, users: list[int], stop: asyncio.Event) -> FloodCounts:
+    import openai
+
+    counts = FloodCounts()
+
+    async def user(first: int) -> None:
+        i = first
+        while not stop.is_set():
+            try:
+                await chat(sdk, spec, i)
+                counts.served += 1
+            except openai.RateLimitError as exc:
+                counts.limited += 1
+                wait = float(exc.response.headers.get("retry-after", "1"))
+                counts.retry_after_s.append(wait)
+                await asyncio.sleep(wait)
+            except openai.InternalServerError:
+                counts.server_errors += 1
+            except Exception as exc:  # reported, so the bench can fail loudly
+                kind = f"{type(exc).__name__}: {str(exc)[:120]}"
+                counts.errors[kind] = counts.errors.get(kind, 0) + 1
+            i += 1
+
+    await asyncio.gather(*(user(u) for u in users))
+    return counts
+
+
+def _main(conn: Connection, spec: FloodSpec, users: list[int]) -> None:
+    """Inside a flood process: on "start" its users flood until "stop", then it reports."""
+    import openai
+
+    from bench.serve.chats import http_client
+
+    async def serve() -> None:
+        sdk = openai.AsyncOpenAI(api_key=spec.key, base_url=f"{spec.api}/v1", max_retries=0,
+                                 http_client=http_client())  # fmt: skip
+        try:
+            await chat(sdk, spec, users[0])  # warm: the connection open before any phase
+            conn.send("ready")
+            while await asyncio.to_thread(conn.recv) == "start":
+                stop = asyncio.Event()
+                flooding = asyncio.create_task(_flood(sdk, spec, users, stop))
+                await asyncio.to_thread(conn.recv)  # "stop"
+                stop.set()
+                conn.send(await flooding)
+        finally:
+            await sdk.close()
+
+    asyncio.run(serve())
+
+
+class FloodProcesses:
+    """``processes`` spawned processes sharing ``users`` flooding users; ``close`` ends them."""
+
+    def __init__(self, spec: FloodSpec, users: int, processes: int) -> None:
+        processes = max(1, min(processes, users))
+        shares = [list(range(p, users, processes)) for p in range(processes)]
+        context = multiprocessing.get_context("spawn")
+        self._conns: list[Connection] = []
+        self._procs: list[Any] = []
+        for share in shares:
+            ours, theirs = context.Pipe()
+            proc = context.Process(target=_main, args=(theirs, spec, share), daemon=True)
+            proc.start()
+            self._conns.append(ours)
+            self._procs.append(proc)
+        for reply in self._replies():
+            if reply != "ready":
+                raise RuntimeError(f"a flood process did not start: {reply!r}")
+
+    def _replies(self) -> list[Any]:
+        replies = []
+        for conn in self._conns:
+            if not conn.poll(REPLY_TIMEOUT_S):
+                raise TimeoutError("a flood process did not answer")
+            replies.append(conn.recv())
+        return replies
+
+    def start(self) -> None:
+        for conn in self._conns:
+            conn.send("start")
+
+    def stop(self) -> FloodCounts:
+        """Ends the flood (each user finishes the chat it is in) and sums what it got."""
+        for conn in self._conns:
+            conn.send("stop")
+        total = FloodCounts()
+        for counts in self._replies():
+            total.add(counts)
+        return total
+
+    def close(self) -> None:
+        for conn in self._conns:
+            with contextlib.suppress(OSError):
+                conn.send("close")
+        for proc in self._procs:
+            proc.join(timeout=30)
+            if proc.is_alive():
+                proc.kill()
+        self._conns, self._procs = [], []
