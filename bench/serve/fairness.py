@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 
 from bench.serve.chats import Sample, http_client, parts_of
-from bench.serve.flood import FloodCounts, FloodProcesses, FloodSpec
+from bench.serve.flood import ChatSpec, FloodCounts, FloodProcesses, open_chat
 from bench.serve.loop_lag import LoopLag
 from bench.serve.serve import part_medians, summarize
 
@@ -70,7 +70,7 @@ class FairnessBench:
         self.api, self.runtime = api.rstrip("/"), runtime.rstrip("/")
         self.admin = {"Authorization": f"Bearer {admin_key}"}
         self.service = {"Authorization": f"Bearer {service_token}"}
-        self.max_tokens, self.k, self.mode = max_tokens, k, mode
+        self.spec = ChatSpec(self.api, tuple(QUESTIONS), max_tokens, k, mode)
         self.keys: dict[str, str] = {}
 
     def prepare(self, log: Any = print) -> None:
@@ -125,10 +125,10 @@ class FairnessBench:
 
         b_sdk = openai.AsyncOpenAI(api_key=self.keys["B"], base_url=f"{self.api}/v1",
                                    max_retries=0, http_client=http_client())  # fmt: skip
-        spec = FloodSpec(self.api, self.keys["A"], tuple(QUESTIONS), self.max_tokens, self.k,
-                         self.mode)  # fmt: skip
         configured = int(self.gate()["slots"])
-        flood = await asyncio.to_thread(FloodProcesses, spec, users, flood_processes)
+        flood = await asyncio.to_thread(
+            FloodProcesses, self.spec, self.keys["A"], users, flood_processes
+        )
         try:
             await self._chat(b_sdk, 0)  # warm-up: preambles, indexes, tokenizer (A's: flood.py)
             idle = Phase("idle")
@@ -159,12 +159,7 @@ class FairnessBench:
         sent = time.perf_counter()
         first: float | None = None
         extension: dict[str, Any] = {}
-        stream = await sdk.chat.completions.create(
-            model="inferscale", user="u", stream=True, temperature=0, max_tokens=self.max_tokens,
-            messages=[{"role": "user", "content": QUESTIONS[index % len(QUESTIONS)]}],
-            extra_body={"memory": {"mode": self.mode, "top_k": self.k}},
-        )  # fmt: skip
-        async for chunk in stream:
+        async for chunk in await open_chat(sdk, self.spec, index):
             if first is None and chunk.choices and chunk.choices[0].delta.content:
                 first = time.perf_counter()
             extension = (chunk.model_extra or {}).get("inferscale", extension)

@@ -26,11 +26,10 @@ REPLY_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
-class FloodSpec:
-    """What every flooding user asks: one streamed chat after another."""
+class ChatSpec:
+    """What every chat of the bench asks, A's and B's alike (each with its tenant's key)."""
 
     api: str
-    key: str
     questions: tuple[str, ...]
     max_tokens: int
     k: int
@@ -56,18 +55,22 @@ class FloodCounts:
             self.errors[kind] = self.errors.get(kind, 0) + count
 
 
-async def chat(sdk: Any, spec: FloodSpec, index: int) -> None:
-    """One streamed chat, read to its end."""
-    stream = await sdk.chat.completions.create(
+async def open_chat(sdk: Any, spec: ChatSpec, index: int) -> Any:
+    """One chat's stream, as the official SDK opens it: question ``index`` (cycling)."""
+    return await sdk.chat.completions.create(
         model="inferscale", user="u", stream=True, temperature=0, max_tokens=spec.max_tokens,
         messages=[{"role": "user", "content": spec.questions[index % len(spec.questions)]}],
         extra_body={"memory": {"mode": spec.mode, "top_k": spec.k}},
     )  # fmt: skip
-    async for _ in stream:
+
+
+async def chat(sdk: Any, spec: ChatSpec, index: int) -> None:
+    """One streamed chat, read to its end."""
+    async for _ in await open_chat(sdk, spec, index):
         pass
 
 
-async def _flood(sdk: Any, spec: FloodSpec, users: list[int], stop: asyncio.Event) -> FloodCounts:
+async def _flood(sdk: Any, spec: ChatSpec, users: list[int], stop: asyncio.Event) -> FloodCounts:
     import openai
 
     counts = FloodCounts()
@@ -94,14 +97,14 @@ async def _flood(sdk: Any, spec: FloodSpec, users: list[int], stop: asyncio.Even
     return counts
 
 
-def _main(conn: Connection, spec: FloodSpec, users: list[int]) -> None:
+def _main(conn: Connection, spec: ChatSpec, key: str, users: list[int]) -> None:
     """Inside a flood process: on "start" its users flood until "stop", then it reports."""
     import openai
 
     from bench.serve.chats import http_client
 
     async def serve() -> None:
-        sdk = openai.AsyncOpenAI(api_key=spec.key, base_url=f"{spec.api}/v1", max_retries=0,
+        sdk = openai.AsyncOpenAI(api_key=key, base_url=f"{spec.api}/v1", max_retries=0,
                                  http_client=http_client())  # fmt: skip
         try:
             await chat(sdk, spec, users[0])  # warm: the connection open before any phase
@@ -119,9 +122,10 @@ def _main(conn: Connection, spec: FloodSpec, users: list[int]) -> None:
 
 
 class FloodProcesses:
-    """``processes`` spawned processes sharing ``users`` flooding users; ``close`` ends them."""
+    """``processes`` spawned processes sharing ``users`` flooding users of the tenant whose API
+    key is ``key``; ``close`` ends them."""
 
-    def __init__(self, spec: FloodSpec, users: int, processes: int) -> None:
+    def __init__(self, spec: ChatSpec, key: str, users: int, processes: int) -> None:
         processes = max(1, min(processes, users))
         shares = [list(range(p, users, processes)) for p in range(processes)]
         context = multiprocessing.get_context("spawn")
@@ -129,7 +133,7 @@ class FloodProcesses:
         self._procs: list[Any] = []
         for share in shares:
             ours, theirs = context.Pipe()
-            proc = context.Process(target=_main, args=(theirs, spec, share), daemon=True)
+            proc = context.Process(target=_main, args=(theirs, spec, key, share), daemon=True)
             proc.start()
             self._conns.append(ours)
             self._procs.append(proc)
