@@ -13,9 +13,7 @@ when it finished.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import multiprocessing
 import time
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -24,6 +22,7 @@ from typing import Any
 
 from bench.serve.chats import Outcome, Workload, open_memory, run_users, sdks_for
 from bench.serve.loop_lag import LoopLag
+from bench.serve.spawned import Spawned, split
 
 START_LEAD_S = 0.5  # every process has its share in hand before the common start
 REPLY_TIMEOUT_S = 3600.0
@@ -36,12 +35,6 @@ class Share:
     outcome: Outcome
     loop_lag_ms: list[float] = field(default_factory=list)
     ended: float = 0.0  # time.time() when its last user finished
-
-
-def split(users: int, processes: int) -> list[list[int]]:
-    """User ids 0..users-1 dealt round-robin over the processes (none left empty)."""
-    shares = [list(range(p, users, processes)) for p in range(processes)]
-    return [share for share in shares if share]
 
 
 class _Client:
@@ -119,33 +112,13 @@ class ClientProcesses:
         if count < 2:
             raise ValueError("client processes are for 2 or more; 1 runs in the bench's process")
         self.count = count
-        self._conns: list[Connection] = []
-        self._procs: list[Any] = []
-
-    def _start(self) -> None:
-        if self._procs:
-            return
-        context = multiprocessing.get_context("spawn")
-        for _ in range(self.count):
-            ours, theirs = context.Pipe()
-            proc = context.Process(target=_main, args=(theirs,), daemon=True)
-            proc.start()
-            self._conns.append(ours)
-            self._procs.append(proc)
+        self._spawned: Spawned | None = None
 
     def _ask(self, messages: list[tuple[str, Workload, list[int], float]]) -> list[Any]:
-        self._start()
-        for conn, message in zip(self._conns, messages, strict=False):
-            conn.send(message)
-        replies = []
-        for conn, _ in zip(self._conns, messages, strict=False):
-            if not conn.poll(REPLY_TIMEOUT_S):
-                raise TimeoutError("a client process did not answer")
-            reply = conn.recv()
-            if isinstance(reply, Exception):
-                raise reply
-            replies.append(reply)
-        return replies
+        if self._spawned is None:
+            self._spawned = Spawned(_main, [()] * self.count)
+        self._spawned.send(messages)
+        return self._spawned.replies(REPLY_TIMEOUT_S, len(messages))
 
     def run(self, workload: Workload, users: int, warm: bool = True) -> tuple[list[Share], float]:
         """The cell's users over the processes, started together. First, untimed, each process
@@ -159,11 +132,6 @@ class ClientProcesses:
         return self._ask([("cell", workload, share, start_at) for share in shares]), start_at
 
     def close(self) -> None:
-        for conn in self._conns:
-            with contextlib.suppress(OSError):
-                conn.send(None)
-        for proc in self._procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-        self._conns, self._procs = [], []
+        if self._spawned is not None:
+            self._spawned.close(None)
+            self._spawned = None

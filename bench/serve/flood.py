@@ -16,11 +16,11 @@ SDK would with retries on.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import multiprocessing
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
+
+from bench.serve.spawned import Spawned, split
 
 REPLY_TIMEOUT_S = 600.0
 
@@ -126,48 +126,22 @@ class FloodProcesses:
     key is ``key``; ``close`` ends them."""
 
     def __init__(self, spec: ChatSpec, key: str, users: int, processes: int) -> None:
-        processes = max(1, min(processes, users))
-        shares = [list(range(p, users, processes)) for p in range(processes)]
-        context = multiprocessing.get_context("spawn")
-        self._conns: list[Connection] = []
-        self._procs: list[Any] = []
-        for share in shares:
-            ours, theirs = context.Pipe()
-            proc = context.Process(target=_main, args=(theirs, spec, key, share), daemon=True)
-            proc.start()
-            self._conns.append(ours)
-            self._procs.append(proc)
-        for reply in self._replies():
+        shares = split(users, max(1, processes))
+        self._spawned = Spawned(_main, [(spec, key, share) for share in shares])
+        for reply in self._spawned.replies(REPLY_TIMEOUT_S):
             if reply != "ready":
                 raise RuntimeError(f"a flood process did not start: {reply!r}")
 
-    def _replies(self) -> list[Any]:
-        replies = []
-        for conn in self._conns:
-            if not conn.poll(REPLY_TIMEOUT_S):
-                raise TimeoutError("a flood process did not answer")
-            replies.append(conn.recv())
-        return replies
-
     def start(self) -> None:
-        for conn in self._conns:
-            conn.send("start")
+        self._spawned.send_all("start")
 
     def stop(self) -> FloodCounts:
         """Ends the flood (each user finishes the chat it is in) and sums what it got."""
-        for conn in self._conns:
-            conn.send("stop")
+        self._spawned.send_all("stop")
         total = FloodCounts()
-        for counts in self._replies():
+        for counts in self._spawned.replies(REPLY_TIMEOUT_S):
             total.add(counts)
         return total
 
     def close(self) -> None:
-        for conn in self._conns:
-            with contextlib.suppress(OSError):
-                conn.send("close")
-        for proc in self._procs:
-            proc.join(timeout=30)
-            if proc.is_alive():
-                proc.kill()
-        self._conns, self._procs = [], []
+        self._spawned.close("close")

