@@ -84,4 +84,4 @@ json.dump({"compose": sys.argv[2:], "env": env,
 EOF
 step 1500 "drive the stack from outside: SDKs, dashboard, deletion, faults" \
   env INFERSCALE_COMPOSE_STACK="$stack" .venv/bin/python -m pytest -p no:cacheprovider -m compose \
-  tests/deploy/test_compose_stack.py -v --durations=0 --timeout=600 -o addopts="--strict-markers"
+  tests/deploy/test_compose_stack.py -v -s --durations=0 --timeout=600 -o addopts="--strict-markers"

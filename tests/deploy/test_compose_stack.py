@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -45,8 +46,11 @@ class Stack:
     shared: dict[str, Any] = field(default_factory=dict)  # what a step leaves the next ones
 
     def run(self, *args: str, timeout: float = 120, check: bool = True) -> str:
+        started = time.monotonic()
         done = subprocess.run([*self.compose, *args], env=self.env, capture_output=True,
                               text=True, timeout=timeout)  # fmt: skip
+        if args[0] in ("stop", "start", "restart", "kill"):
+            waited(f"compose {' '.join(args)}", started)
         if check and done.returncode != 0:
             raise AssertionError(f"compose {' '.join(args)}: {done.returncode}\n{done.stderr}")
         return done.stdout
@@ -70,10 +74,11 @@ class Stack:
         os.kill(int(pid), signal.SIGKILL)
 
     def wait_healthy(self, service: str, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() < started + timeout:
             row = self.services().get(service, {})
             if row.get("State") == "running" and row.get("Health") in ("healthy", ""):
+                waited(f"{service} healthy", started)
                 return
             time.sleep(2)
         raise AssertionError(f"{service} not healthy after {timeout:.0f} s: {row}")
@@ -155,12 +160,18 @@ def ask(client: openai.OpenAI, user: str, mode: str, question: str = "Where do I
     return {"text": answer.choices[0].message.content or "", **meta}
 
 
+def waited(what: str, started: float) -> None:
+    """Said as it happens (pytest runs with -s): where a fault test's minutes go."""
+    print(f"    [{time.monotonic() - started:5.1f} s] {what}", file=sys.stderr, flush=True)
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float = 1.0) -> Any:
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     last: Any = None
-    while time.monotonic() < deadline:
+    while time.monotonic() < started + timeout:
         try:
             if result := check():
+                waited(what, started)
                 return result
         except Exception as exc:  # not yet: the service is restarting
             last = exc
