@@ -14,6 +14,14 @@ if TYPE_CHECKING:
     from celery import Celery
 
 
+# A Redis that is gone without closing its connections (a stopped container's address, a host
+# off the network) drops our SYNs: without these, a send waited for the kernel to give up on
+# the connect (about two minutes), and the API's write that queued a job with it. The outbox
+# keeps what was not sent. Longer than any command of ours takes; a worker's BRPOP blocks 1 s.
+REDIS_CONNECT_TIMEOUT_S = 2.0
+REDIS_SOCKET_TIMEOUT_S = 10.0
+
+
 def restore_every_s(visibility_timeout_s: int) -> int:
     """How often a worker looks for tasks a dead worker left unacknowledged past the visibility
     timeout. kombu's default is every 10 s times a throttle of 10: a killed worker's job went
@@ -41,8 +49,12 @@ def celery_config(settings: Settings) -> dict[str, Any]:
             "visibility_timeout": visibility,
             "unacked_restore_interval": restore_every_s(visibility),
             "unacked_restore_throttle": 1,  # every sweep scans (kombu's default: every 10th)
+            "socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S,
+            "socket_timeout": REDIS_SOCKET_TIMEOUT_S,
         },
         "result_backend_transport_options": {"visibility_timeout": visibility},
+        "redis_socket_connect_timeout": REDIS_CONNECT_TIMEOUT_S,
+        "redis_socket_timeout": REDIS_SOCKET_TIMEOUT_S,
         "result_expires": 3600,
         "beat_schedule": beat_schedule(),
     }
@@ -63,8 +75,13 @@ def sender() -> Celery:
 
 
 def send_to_broker(task: str, kwargs: dict[str, Any]) -> None:
-    """Celery's ``send_task`` to the task's queue; raises if the broker is down."""
-    sender().send_task(str(task), kwargs=kwargs, queue=str(queue_for(task)), retry=False)
+    """Celery's ``send_task`` to the task's queue; raises if the broker is down. A job's outcome
+    is its row in Postgres, so no result is kept (``ignore_result``): waiting for one would
+    subscribe to the result backend first, and with Redis unreachable that subscription retried
+    for minutes before the send even began."""
+    sender().send_task(
+        str(task), kwargs=kwargs, queue=str(queue_for(task)), retry=False, ignore_result=True
+    )
 
 
 def ping_workers(timeout_s: float = 1.0) -> list[str]:
