@@ -40,6 +40,7 @@ def env(migrated_database: str, runtime_server: RuntimeProcess) -> Iterator[dict
 def _first_sessions(sample: dict[str, Any], sessions: int) -> dict[str, Any]:
     """The conversation cut to its first ``sessions`` sessions (their turns, observations and
     the rest), so the encoding job has a few batches to be killed in, not a dozen."""
+
     def kept(key: str) -> bool:
         number = re.search(r"session_(\d+)", key)
         return number is None or int(number.group(1)) <= sessions
