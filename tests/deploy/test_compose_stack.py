@@ -395,8 +395,10 @@ def test_redis_restarted_the_outbox_delivers_what_was_written_meanwhile(
 ) -> None:
     stack.run("stop", "--timeout", "10", "redis")
     try:
+        writing = time.monotonic()
         added = mem0.add([{"role": "user", "content": "I moved my piano to the garage."}],
                          user_id="alice", infer=False)  # fmt: skip
+        waited("a memory written with Redis stopped, answered", writing)
         assert added["status"] == "SUCCEEDED", added  # acknowledged with the broker down
         memory_id, job_id = added["results"][0]["id"], added["event_id"]
         undispatched = stack.psql(f"select dispatched_at is null from jobs where id = '{job_id}'")
