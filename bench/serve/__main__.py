@@ -66,6 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         "that one Python process driving every stream is not what bounds the cell "
         "(bench/serve/clients.py); the peer's cells alike",
     )  # fmt: skip
+    parser.add_argument(
+        "--stall-s", type=float, default=900.0,
+        help="fail with every thread's stack if the warm-up or a cell makes no progress for "
+        "this long (0: wait forever; bench/serve/watchdog.py)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
 
     import httpx
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.serve.loop_probes import LoopProbes
     from bench.serve.report import markdown, write
     from bench.serve.serve import ServeBench, to_rows
+    from bench.serve.watchdog import arm, disarm, progress
     from gpu_runtime.client.process_probes import freeze_start_up_heap
 
     cpu = CpuMeter(sessions_of(args.pid_dir))
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     bench = ServeBench(
         args.api, settings.admin_api_key, args.max_tokens, args.warmup, cpu, probes, clients()
     )
+    arm(args.stall_s)
     bench.prepare(Path(args.conversation), tenants=args.tenants)
     # The client's own full collections over what it loaded (the SDKs, Mem0's store) kept out of
     # the measured TTFTs, the platform's and the peer's alike.
@@ -103,11 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         from bench.serve.peer import PeerBench
 
         peer = PeerBench(args.peer_url, args.peer_model or "", args.max_tokens, cpu, clients())
+        progress()
         peer.prepare(bench.facts(), bench.questions)
         freeze_start_up_heap()
         cells += asyncio.run(peer.run(
             _ints(args.users), _ints(args.ks), args.requests_per_user, args.first_question
         ))  # fmt: skip
+    disarm()
     ready = httpx.get(f"{args.api}/readyz", timeout=10).json()
     result = {
         "model": ready.get("model", "?"), "device": f"{platform.node()} ({platform.machine()})",

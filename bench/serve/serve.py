@@ -34,6 +34,7 @@ from typing import Any
 
 import httpx
 
+from bench.serve import watchdog
 from bench.serve.chats import (
     BENCH_USER,
     FIRST_CELL_QUESTION,
@@ -84,6 +85,7 @@ async def measure_cell(
     over ``clients``; record the outcome, the cell's wall time, the host's CPU by service
     meanwhile (bench/serve/host_cpu.py), the clients' loop lag (bench/serve/loop_lag.py) and
     the servers' (bench/serve/loop_probes.py)."""
+    watchdog.progress()
     before = probes.snapshot() if probes is not None else None
     cpu.start()
     if clients is not None:
@@ -233,6 +235,7 @@ class ServeBench:
         the facts' token ids before anything is timed. One chat per mode reached one process of
         four: the first cell then paid the others' first use (in run 9 on the H200 kv's compose
         was 3.8 ms at 1 user against 1.1 in the hybrid cell after it, 50 facts' tokenization)."""
+        watchdog.progress()
         for sdk in sdks:
             for mode in modes:
                 workload = self.workload(mode, max(k, 1), 1)

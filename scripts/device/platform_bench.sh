@@ -52,7 +52,8 @@ res=/opt/platform/results/${1:-none}${TAG:+-$TAG}   # everything, returned as on
 mkdir -p "$res"
 bench=(python3 -m bench serve --api http://127.0.0.1:8000 --ks "${KS:-0,20,50,100}"
        --modes "${MODES:-hybrid,kv,prompt}" --max-tokens 16
-       --pid-dir /opt/platform --runtime-url http://127.0.0.1:8100)  # CPU by service, loops
+       --pid-dir /opt/platform --runtime-url http://127.0.0.1:8100  # CPU by service, loops
+       --stall-s 240)  # a stalled warm-up or cell fails with its stacks within the call
 [ "${PEER:-1}" = 1 ] && bench+=(--peer-url http://127.0.0.1:8011 --peer-model peer)
 # CLIENTS=N (default 4): each cell's users spread over N client processes, the peer's too
 # (bench/serve/clients.py). One process driving 100 streams bounded every 100-user cell before
