@@ -14,6 +14,7 @@ from functools import lru_cache
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
+from backend.core.breaker import redis_breaker
 from backend.core.config import Settings, get_settings
 from backend.db.session import open_connections
 from backend.jobs.pipeline.broker import send_to_broker
@@ -62,13 +63,19 @@ class Resources:
     @functools.cached_property
     def limiter(self) -> RateLimiter:
         """Per-tenant limits in Redis (the API's; connects on first use)."""
-        return RateLimiter(self.settings.redis_url, self.settings.rate_limit_window_s)
+        s = self.settings
+        return RateLimiter(
+            s.redis_url, s.rate_limit_window_s, redis_breaker(s.redis_url, s.redis_retry_after_s)
+        )
 
     @functools.cached_property
     def credentials(self) -> CredentialCache:
         """Resolved API keys, invalidated through Redis (the limiter's connection)."""
         s = self.settings
-        return CredentialCache(self.limiter.redis, s.auth_cache_entries, s.auth_cache_ttl_s)
+        limiter = self.limiter
+        return CredentialCache(
+            limiter.redis, limiter.breaker, s.auth_cache_entries, s.auth_cache_ttl_s
+        )
 
     @functools.cached_property
     def queries(self) -> QueryEmbedder:

@@ -1,7 +1,8 @@
 """``python -m bench`` (also ``inferscale bench``): ``serve`` (through a running API),
 ``fairness`` (the noisy-neighbour benchmark), ``canary`` (the fidelity canary's margin),
 ``capacity`` (the pool's capacity model), ``floors`` (what a chat's hops and round trips cost
-alone), ``inject`` (the fused injection kernel's bandwidth),
+alone), ``inject`` (the fused injection kernel's bandwidth), ``redis-outage`` (what the API's
+Redis calls cost a request while Redis is unreachable),
 anything else the runtime benchmarks' own parser."""
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def main(argv: list[str] | None = None) -> int:
         from bench.runtime.inject import main as inject
 
         return inject(given[1:])
+    if given[:1] == ["redis-outage"]:
+        from bench.serve.redis_outage import main as redis_outage
+
+        return redis_outage(given[1:])
     if given[:1] == ["capacity"]:
         from bench.capacity.__main__ import main as capacity
 

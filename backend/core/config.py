@@ -65,6 +65,12 @@ class Settings(BaseSettings):
     # beyond the runs' noise with it: docs/benchmarks.md, "Run 13"; the runtime's did.)
     gc_freeze_at_start: bool = Field(default=True, validation_alias="INFERSCALE_GC_FREEZE_AT_START")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", validation_alias="REDIS_URL")
+    # Once a call finds Redis unreachable, the process's calls to it take their fallbacks at once
+    # (limits let requests in, API keys come from Postgres, jobs wait in the outbox) and Redis is
+    # probed this often in the background until it answers (backend.core.breaker).
+    redis_retry_after_s: float = Field(
+        default=2.0, gt=0, le=300, validation_alias="INFERSCALE_REDIS_RETRY_AFTER_S"
+    )
     # A task a worker took but never acknowledged (the worker died mid-job) goes back to the
     # queue after this long. Longer than any job runs, or a running job would be sent twice.
     task_visibility_timeout_s: int = Field(

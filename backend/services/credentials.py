@@ -10,7 +10,8 @@ the generation it was stored under is still the current one: the next request af
 call returns, on any API process, goes back to Postgres. Costs one Redis ``GET`` per request
 instead of the Postgres round trips.
 
-Where Redis cannot be read, nothing is served from the cache (every request queries Postgres);
+Where Redis cannot be read, nothing is served from the cache (every request queries Postgres;
+with the process's Redis breaker open, without waiting for Redis first);
 where the generation could not be incremented after a change (Redis down at that moment), an
 entry still expires after ``ttl_s``; a Redis that lost the generation (restarted without its
 data) starts it again at a random number, so no entry stored before matches it. Unknown keys
@@ -28,6 +29,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from backend.core.breaker import CircuitBreaker, DependencyDown, redis_failures
 from backend.repositories.tenants import LimitOverrides
 
 if TYPE_CHECKING:
@@ -58,8 +60,11 @@ class CredentialCache:
     """Resolved keys by their peppered hash, least recently used dropped over ``max_entries``;
     ``max_entries=0`` turns the cache off (every request queries Postgres)."""
 
-    def __init__(self, client: redis.Redis, max_entries: int, ttl_s: float) -> None:
+    def __init__(
+        self, client: redis.Redis, breaker: CircuitBreaker, max_entries: int, ttl_s: float
+    ) -> None:
         self.redis = client
+        self.breaker = breaker
         self.max_entries = max_entries
         self.ttl_s = ttl_s
         self.hits = 0
@@ -78,12 +83,15 @@ class CredentialCache:
         if not self.enabled:
             return None
         try:
-            value = self.redis.get(GENERATION_KEY)
-            if value is None:
-                # Missing (a fresh or flushed Redis): begin at a random generation, never at a
-                # number entries may already hold from before the loss.
-                self.redis.set(GENERATION_KEY, secrets.randbits(62), nx=True)
+            with self.breaker.guard(redis_failures()):
                 value = self.redis.get(GENERATION_KEY)
+                if value is None:
+                    # Missing (a fresh or flushed Redis): begin at a random generation, never at
+                    # a number entries may already hold from before the loss.
+                    self.redis.set(GENERATION_KEY, secrets.randbits(62), nx=True)
+                    value = self.redis.get(GENERATION_KEY)
+        except DependencyDown:
+            return None
         except redis.RedisError as exc:
             logger.warning("API keys not served from the cache (Redis: %s)", exc)
             return None
@@ -127,6 +135,8 @@ class CredentialCache:
         with self._lock:
             self._entries.clear()
         try:
+            # Tried even with the breaker open: Redis may be back before the breaker knows, and
+            # another process serving a revoked key from its cache is worse than this wait.
             self.redis.incr(GENERATION_KEY)
         except redis.RedisError as exc:
             logger.error(

@@ -6,6 +6,10 @@ flight, so a refused request leaves nothing counted (nothing half-done). A slot 
 member of a sorted set scored by its lease's end: a process that dies mid-request leaks nothing
 past the lease. Tokens are counted after the answer (prompt + completion, as OpenAI does) and
 refuse the next requests of the window once the limit is reached.
+
+Redis unreachable: requests are let in unchecked (limits protect the platform; an outage of
+theirs must not take the API down with it), and after the first call that finds it so, at once
+(the process's Redis breaker, ``backend.core.breaker``), not after a connect timeout each.
 """
 
 from __future__ import annotations
@@ -14,10 +18,13 @@ import logging
 import math
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from backend.errors import RateLimitedError
+from backend.core.breaker import CircuitBreaker, DependencyDown, redis_failures
+from backend.errors import RateLimitedError, UnavailableError
 from gpu_runtime.types import TenantId
 
 logger = logging.getLogger(__name__)
@@ -90,11 +97,18 @@ def _duration(seconds: float) -> str:
 
 
 class RateLimiter:
-    def __init__(self, redis_url: str, window_s: float) -> None:
+    def __init__(self, redis_url: str, window_s: float, breaker: CircuitBreaker) -> None:
         import redis
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
 
-        self.redis = redis.Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+        # No retries: another attempt at an unreachable Redis only adds its wait, and the
+        # breaker, not the client, decides when to try again.
+        self.redis = redis.Redis.from_url(
+            redis_url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+        )
         self.window_ms = int(window_s * 1000)
+        self.breaker = breaker
         self._admit = self.redis.register_script(_ADMIT)
 
     def _keys(self, tenant: TenantId, bucket: int) -> list[str]:
@@ -115,9 +129,11 @@ class RateLimiter:
         args: list[int | str] = [now_ms, LEASE_S * 1000, member, limits.concurrent,
                 limits.requests_per_window, limits.tokens_per_window, self.window_ms]  # fmt: skip
         try:
-            refused, reqs, toks, _active = (
-                int(v) for v in self._admit(keys=self._keys(tenant, bucket), args=args)
-            )
+            with self.breaker.guard(redis_failures()):
+                result = self._admit(keys=self._keys(tenant, bucket), args=args)
+            refused, reqs, toks, _active = (int(v) for v in result)
+        except DependencyDown:
+            return Admission(None, tenant, member, bucket, limits.weight)
         except redis.RedisError as exc:
             logger.warning("rate limits not checked (Redis: %s); request let in", exc)
             return Admission(None, tenant, member, bucket, limits.weight)
@@ -158,35 +174,52 @@ class RateLimiter:
     def record_tokens(self, admission: Admission, tokens: int) -> None:
         key = self._keys(admission.tenant, admission.bucket)[2]
         try:
-            pipe = self.redis.pipeline()
-            pipe.incrby(key, tokens)
-            pipe.pexpire(key, 2 * self.window_ms)
-            pipe.execute()
+            with self.breaker.guard(redis_failures()):
+                pipe = self.redis.pipeline()
+                pipe.incrby(key, tokens)
+                pipe.pexpire(key, 2 * self.window_ms)
+                pipe.execute()
         except Exception as exc:  # observability of a limit: never fails the answer
             logger.warning("tokens not counted for %s: %s", admission.tenant.value, exc)
 
     def release(self, admission: Admission) -> None:
         try:
-            self.redis.zrem(self._keys(admission.tenant, admission.bucket)[0], admission.member)
+            with self.breaker.guard(redis_failures()):
+                self.redis.zrem(self._keys(admission.tenant, admission.bucket)[0], admission.member)
         except Exception as exc:  # the lease ends it anyway
             logger.warning("slot in flight not released for %s: %s", admission.tenant.value, exc)
 
     def forget(self, tenant: TenantId) -> None:
-        """Every counter of the tenant (its deletion leaves nothing behind)."""
-        keys = list(self.redis.scan_iter(match=f"inferscale:limits:{tenant.value}:*", count=100))
-        if keys:
-            self.redis.delete(*keys)
+        """Every counter of the tenant (its deletion leaves nothing behind). A 503 without Redis:
+        the delete fails whole and can be retried."""
+        with self._reachable():
+            keys = list(
+                self.redis.scan_iter(match=f"inferscale:limits:{tenant.value}:*", count=100)
+            )
+            if keys:
+                self.redis.delete(*keys)
 
     def usage(self, tenant: TenantId) -> dict[str, Any]:
         """The tenant's current window and requests in flight (the admin API, the dashboard)."""
         now_ms = int(time.time() * 1000)
         bucket = now_ms // self.window_ms
         active, reqs, toks, limited = self._keys(tenant, bucket)
-        self.redis.zremrangebyscore(active, "-inf", now_ms)
-        return {
-            "in_flight": int(self.redis.zcard(active)),
-            "requests_this_window": int(self.redis.get(reqs) or 0),
-            "tokens_this_window": int(self.redis.get(toks) or 0),
-            "limited_total": int(self.redis.get(limited) or 0),  # 429s since the key began
-            "window_s": self.window_ms / 1000,
-        }
+        with self._reachable():
+            self.redis.zremrangebyscore(active, "-inf", now_ms)
+            return {
+                "in_flight": int(self.redis.zcard(active)),
+                "requests_this_window": int(self.redis.get(reqs) or 0),
+                "tokens_this_window": int(self.redis.get(toks) or 0),
+                "limited_total": int(self.redis.get(limited) or 0),  # 429s since the key began
+                "window_s": self.window_ms / 1000,
+            }
+
+    @contextmanager
+    def _reachable(self) -> Iterator[None]:
+        """An operator's call that needs Redis: a 503 saying so when it cannot be reached."""
+        unreachable: tuple[type[BaseException], ...] = (DependencyDown, *redis_failures())
+        try:
+            with self.breaker.guard(redis_failures()):
+                yield
+        except unreachable as exc:
+            raise UnavailableError(f"the rate limits' store (Redis) is unreachable: {exc}") from exc

@@ -391,7 +391,7 @@ def test_postgres_stopped_for_a_few_seconds_gives_503s_then_the_api_recovers(
 
 
 def test_redis_restarted_the_outbox_delivers_what_was_written_meanwhile(
-    stack: Stack, mem0: Any, http: httpx.Client, auth: dict[str, str]
+    stack: Stack, mem0: Any, http: httpx.Client, auth: dict[str, str], chat: openai.OpenAI
 ) -> None:
     stack.run("stop", "--timeout", "10", "redis")
     try:
@@ -403,14 +403,24 @@ def test_redis_restarted_the_outbox_delivers_what_was_written_meanwhile(
         memory_id, job_id = added["results"][0]["id"], added["event_id"]
         undispatched = stack.psql(f"select dispatched_at is null from jobs where id = '{job_id}'")
         assert undispatched.strip() == "t"  # the job waits in the outbox
+        # The API's Redis breaker is open now (in the process that answered): what follows
+        # takes the fallbacks without waiting for Redis again. Chats go on, limits unchecked.
+        writing = time.monotonic()
+        again = mem0.add([{"role": "user", "content": "My piano is a 1920s Bechstein."}],
+                         user_id="alice", infer=False)  # fmt: skip
+        waited("a second memory written with Redis stopped, answered", writing)
+        asking = time.monotonic()
+        assert ask(chat, "alice", "kv")["injected_tokens"] > 0
+        waited("a chat with Redis stopped, answered", asking)
     finally:
         stack.run("start", "redis")
     stack.wait_healthy("redis", timeout=60)
-    wait_for("the memory written while Redis was down, encoded", lambda: encoded(
-        http, auth, [memory_id]), timeout=240, every=2)  # fmt: skip
+    written = [memory_id, again["results"][0]["id"]]
+    wait_for("the memories written while Redis was down, encoded", lambda: encoded(
+        http, auth, written), timeout=240, every=2)  # fmt: skip
     sent = stack.psql(f"select dispatched_at is not null from jobs where id = '{job_id}'")
     assert sent.strip() == "t"
-    stack.shared["alice"].append(memory_id)
+    stack.shared["alice"].extend(written)
     for service in ("worker", "beat"):
         stack.wait_healthy(service, timeout=180)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from backend.core.breaker import redis_breaker, redis_failures
 from backend.core.config import Settings, get_settings
 from backend.jobs.pipeline.tasks import GPU_TASKS, Queue, beat_schedule, queue_for
 
@@ -70,18 +71,29 @@ def make_celery(settings: Settings, include: list[str] | None = None) -> Celery:
 
 @lru_cache
 def sender() -> Celery:
-    """This process's send-only app (the broker from the settings)."""
-    return make_celery(get_settings())
+    """This process's send-only app (the broker from the settings). One connection attempt a
+    send (kombu's default is several, ~6 s against an unreachable Redis): every send it makes
+    is backed by the outbox, which sends again."""
+    app = make_celery(get_settings())
+    options = app.conf.broker_transport_options
+    app.conf.broker_transport_options = {**options, "max_retries": 0}
+    return app
 
 
 def send_to_broker(task: str, kwargs: dict[str, Any]) -> None:
-    """Celery's ``send_task`` to the task's queue; raises if the broker is down. A job's outcome
-    is its row in Postgres, so no result is kept (``ignore_result``): waiting for one would
+    """Celery's ``send_task`` to the task's queue; raises if the broker is down, at once while
+    the process's Redis breaker is open (the caller's outbox keeps the job). A job's outcome is
+    its row in Postgres, so no result is kept (``ignore_result``): waiting for one would
     subscribe to the result backend first, and with Redis unreachable that subscription retried
     for minutes before the send even began."""
-    sender().send_task(
-        str(task), kwargs=kwargs, queue=str(queue_for(task)), retry=False, ignore_result=True
-    )
+    from kombu.exceptions import OperationalError
+
+    settings = get_settings()
+    breaker = redis_breaker(settings.redis_url, settings.redis_retry_after_s)
+    with breaker.guard((OperationalError, *redis_failures())):
+        sender().send_task(
+            str(task), kwargs=kwargs, queue=str(queue_for(task)), retry=False, ignore_result=True
+        )
 
 
 def ping_workers(timeout_s: float = 1.0) -> list[str]:

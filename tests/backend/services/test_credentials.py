@@ -11,10 +11,19 @@ import uuid
 import pytest
 import redis
 
+from backend.core.breaker import CircuitBreaker
 from backend.repositories.tenants import LimitOverrides
 from backend.services.credentials import GENERATION_KEY, Credential, CredentialCache
 
 pytestmark = pytest.mark.db  # real Redis
+
+
+def _breaker(client: redis.Redis) -> CircuitBreaker:
+    return CircuitBreaker("Redis", 60, client.ping)
+
+
+def _cache(client: redis.Redis) -> CredentialCache:
+    return CredentialCache(client, _breaker(client), 10, 60)
 
 
 def _credential() -> Credential:
@@ -27,8 +36,8 @@ def client(redis_clean: None) -> redis.Redis:
 
 
 def test_an_entry_serves_until_any_process_invalidates(client: redis.Redis) -> None:
-    mine = CredentialCache(client, max_entries=10, ttl_s=60)
-    other = CredentialCache(redis.Redis.from_url(os.environ["REDIS_URL"]), 10, 60)
+    mine = CredentialCache(client, _breaker(client), max_entries=10, ttl_s=60)
+    other = _cache(redis.Redis.from_url(os.environ["REDIS_URL"]))
     credential = _credential()
     generation = mine.generation()
     assert mine.get("h1", generation) is None  # never stored
@@ -41,7 +50,7 @@ def test_an_entry_serves_until_any_process_invalidates(client: redis.Redis) -> N
 
 
 def test_a_lookup_raced_by_a_change_is_never_served(client: redis.Redis) -> None:
-    cache = CredentialCache(client, 10, 60)
+    cache = _cache(client)
     before = cache.generation()  # read, then the Postgres lookup...
     cache.invalidate()  # ...while a revocation commits and invalidates
     cache.put("h1", _credential(), before)  # the lookup's (maybe stale) answer
@@ -51,17 +60,17 @@ def test_a_lookup_raced_by_a_change_is_never_served(client: redis.Redis) -> None
 def test_a_lost_generation_never_revives_old_entries(client: redis.Redis) -> None:
     """A fresh Redis, an entry, a revocation, then Redis restarted empty: the generation
     starts again at a random number, not where the entry's began (it would serve again)."""
-    cache = CredentialCache(client, 10, 60)
+    cache = _cache(client)
     client.delete(GENERATION_KEY)  # a fresh Redis
     cache.put("h1", _credential(), cache.generation())
-    CredentialCache(client, 10, 60).invalidate()  # another process revokes the key
+    _cache(client).invalidate()  # another process revokes the key
     client.delete(GENERATION_KEY)  # Redis restarted without its data
     assert cache.get("h1", cache.generation()) is None
     assert cache.generation() == cache.generation()  # stable once set
 
 
 def test_entries_expire_and_stay_bounded(client: redis.Redis) -> None:
-    cache = CredentialCache(client, max_entries=2, ttl_s=0.2)
+    cache = CredentialCache(client, _breaker(client), max_entries=2, ttl_s=0.2)
     generation = cache.generation()
     for name in ("a", "b", "c"):
         cache.put(name, _credential(), generation)
@@ -72,12 +81,12 @@ def test_entries_expire_and_stay_bounded(client: redis.Redis) -> None:
 
 
 def test_off_or_without_redis_nothing_is_served(client: redis.Redis) -> None:
-    off = CredentialCache(client, max_entries=0, ttl_s=60)
+    off = CredentialCache(client, _breaker(client), max_entries=0, ttl_s=60)
     assert off.generation() is None
     off.put("h", _credential(), 0)
     assert off.get("h", 0) is None and len(off) == 0
     unreachable = redis.Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.2)
-    down = CredentialCache(unreachable, 10, 60)
+    down = _cache(unreachable)
     assert down.generation() is None
     down.put("h", _credential(), None)
     assert down.get("h", None) is None

@@ -1,0 +1,137 @@
+"""Redis hung or gone, as the API meets it: the first call waits for its timeout and opens the
+process's Redis breaker; after that the rate limits let requests in, API keys bypass their cache
+and a job's send fails over to the outbox, all without touching Redis again, until a probe finds
+it answering. The Redis here is a real TCP server that accepts connections and never answers
+(counting them), then answers PING when told to; what it stands in for is an external server."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from backend.core.breaker import BreakerState, CircuitBreaker, DependencyDown, redis_breaker
+from backend.core.config import get_settings
+from backend.errors import UnavailableError
+from backend.jobs.pipeline.broker import send_to_broker, sender
+from backend.jobs.pipeline.tasks import TaskName
+from backend.services.credentials import CredentialCache
+from backend.services.rate_limits import Admission, RateLimiter, TenantLimits
+from gpu_runtime.types import TenantId
+
+
+class SilentRedis:
+    """Accepts and holds every connection; answers nothing until ``answer_pings`` (then +PONG
+    to a PING and +OK to anything else, which is all a probe needs)."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        self.answer_pings = False
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            self._held.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with conn:
+            while True:
+                try:
+                    data = conn.recv(65536)
+                except OSError:
+                    return
+                if not data:
+                    return
+                if self.answer_pings:
+                    conn.sendall(b"".join(_replies(data)))
+
+    def close(self) -> None:
+        self.listener.close()
+        for conn in self._held:
+            conn.close()
+
+
+# RESP3 (redis-py's default: HELLO 3 on connecting, then CLIENT commands, answered +OK)
+REPLIES = {b"HELLO": b"%1\r\n+proto\r\n:3\r\n", b"PING": b"+PONG\r\n"}
+
+
+def _replies(data: bytes) -> list[bytes]:
+    """A reply to each command in ``data`` (RESP arrays of bulk strings, each whole in one
+    read: what redis-py sends on connecting and for a PING)."""
+    lines, replies, i = data.split(b"\r\n"), [], 0
+    while i < len(lines) and lines[i].startswith(b"*"):
+        count = int(lines[i][1:])
+        name = lines[i + 2].upper()  # the first bulk string: "$len", then the command's name
+        replies.append(REPLIES.get(name, b"+OK\r\n"))
+        i += 1 + 2 * count
+    return replies
+
+
+@pytest.fixture
+def silent_redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[SilentRedis]:
+    """This process's settings, breaker and Celery sender point at a silent Redis; the probe
+    runs only when the test calls it (the background prober waits a minute)."""
+    server = SilentRedis()
+    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{server.port}/0")
+    monkeypatch.setenv("INFERSCALE_REDIS_RETRY_AFTER_S", "60")
+    caches = (get_settings, sender, redis_breaker)
+    for cached in caches:
+        cached.cache_clear()
+    try:
+        yield server
+    finally:
+        server.close()
+        monkeypatch.undo()
+        for cached in caches:
+            cached.cache_clear()
+
+
+def test_one_timeout_then_every_redis_path_falls_back_without_touching_redis(
+    silent_redis: SilentRedis,
+) -> None:
+    settings = get_settings()
+    breaker = redis_breaker(settings.redis_url, settings.redis_retry_after_s)
+    limiter = RateLimiter(settings.redis_url, settings.rate_limit_window_s, breaker)
+    cache = CredentialCache(limiter.redis, breaker, 10, 60)
+    tenant = TenantId(str(uuid.uuid4()))
+    one_at_a_time = TenantLimits(requests_per_window=1, tokens_per_window=0, concurrent=1)
+
+    first = limiter.admit(tenant, one_at_a_time)  # waits for the socket timeout, then lets in
+    assert first.limiter is None  # not counted: nothing to release
+    assert state(breaker) is BreakerState.OPEN and silent_redis.accepted == 1
+
+    # Counted, the second request would be refused (one a window, one in flight): let in.
+    admitted = [limiter.admit(tenant, one_at_a_time) for _ in range(5)]
+    assert all(a.limiter is None for a in admitted)
+    assert cache.generation() is None  # keys are read from Postgres
+    with pytest.raises(DependencyDown):
+        send_to_broker(TaskName.RELAY_OUTBOX, {})  # the outbox keeps the job
+    with pytest.raises(UnavailableError):  # an operator's view: a 503, not a 500
+        limiter.usage(tenant)
+    assert silent_redis.accepted == 1  # none of it went near Redis
+    assert breaker.opened == 1
+
+    assert not breaker.probe_once()  # still silent
+    silent_redis.answer_pings = True
+    assert breaker.probe_once()
+    assert state(breaker) is BreakerState.CLOSED
+    accepted = silent_redis.accepted
+    Admission(limiter, tenant, "member", 0).record_tokens(5)  # guarded: goes to Redis again
+    assert silent_redis.accepted == accepted + 1
+
+
+def state(breaker: CircuitBreaker) -> BreakerState:
+    """Read afresh (a call, so that type checkers do not carry an earlier assert over)."""
+    return breaker.state
