@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from backend.core.paths import locomo_dir
-from bench.runtime.peer import SIDES, THROUGHPUT_SIDES, peer, peer_table
+from bench.runtime.peer import CEILINGS, REPEATED, SIDES, peer, peer_table
 from bench.runtime.workload import Workload, locomo_facts
 from gpu_runtime.client.http import RuntimeClient
 from tests.support import SERVICE_TOKEN, EngineHarness
@@ -41,11 +41,22 @@ def test_the_peer_bench_sets_kv_and_its_ceilings_against_vllms_server(
     (cell,) = result["throughput"]
     assert cell["users"] == 2 and cell["k"] == 3
     assert cell["ratio"] == cell["runtime_kv_requests_per_s"] / cell["vllm_server_requests_per_s"]
-    assert set(cell["ceilings"]) == set(THROUGHPUT_SIDES[2:])
+    assert set(cell["ceilings"]) == set(CEILINGS) and set(cell["repeated"]) == set(REPEATED)
     for side, ceiling in cell["ceilings"].items():
         assert ceiling["requests_per_s"] > 0 and ceiling["ttft_ms"]["n"] == 2, side
         assert (
             ceiling["over_peer"] == ceiling["requests_per_s"] / cell["vllm_server_requests_per_s"]
         )
+    again = cell["repeated"]
+    peer_again = again["vllm_server_repeated"]["requests_per_s"]
+    assert again["runtime_kv_repeated"]["over_peer"] == (
+        again["runtime_kv_repeated"]["requests_per_s"] / peer_again
+    )
+    # The peer's prefix cache, read from its /metrics around each of its cells: a share.
+    hits = [cell["vllm_server_prefix_cache_hit_rate"],
+            cell["ceilings"]["vllm_server_no_facts"]["peer_prefix_cache_hit_rate"],
+            again["vllm_server_repeated"]["peer_prefix_cache_hit_rate"]]  # fmt: skip
+    assert all(h is not None and 0.0 <= h <= 1.0 for h in hits), hits
     table = peer_table({"peer": result})
     assert "| 2 | runtime_no_facts |" in table and "| 2 | runtime_free_kv |" in table
+    assert "| 2 | vllm_server_repeated |" in table
