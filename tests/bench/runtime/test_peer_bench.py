@@ -59,4 +59,4 @@ def test_the_peer_bench_sets_kv_and_its_ceilings_against_vllms_server(
     assert all(h is not None and 0.0 <= h <= 1.0 for h in hits), hits
     table = peer_table({"peer": result})
     assert "| 2 | runtime_no_facts |" in table and "| 2 | runtime_free_kv |" in table
-    assert "| 2 | vllm_server_repeated |" in table
+    assert "| 2 | vllm_server_repeated |" in table and "| 2 | runtime_free_kv_shared |" in table
