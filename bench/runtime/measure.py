@@ -182,7 +182,7 @@ async def offload(
                 await asyncio.to_thread(w.client.demote, demote)
             else:
                 await w.client.aprefetch(wanted)
-            placed = await _settled(w, wanted, tier)
+            placed = await settled(w, wanted, tier)
             request, hint = request_for(w, "kv", list(range(k)), 1)
             if cell in leads:
                 await w.client.aprefetch(wanted)  # answered at once; the copy runs on
@@ -206,7 +206,7 @@ async def offload(
     return result
 
 
-async def _settled(w: Workload, wanted: p.KeysRequest, tier: str, timeout_s: float = 5.0) -> int:
+async def settled(w: Workload, wanted: p.KeysRequest, tier: str, timeout_s: float = 5.0) -> int:
     """Facts on ``tier``, once the moves asked for have landed (a prefetch is asynchronous)."""
     deadline = time.monotonic() + timeout_s
     while True:
