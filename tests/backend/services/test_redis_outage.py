@@ -6,12 +6,14 @@ it answering. The Redis here is a real TCP server that accepts connections and n
 
 from __future__ import annotations
 
+import os
 import socket
 import threading
 import uuid
 from collections.abc import Iterator
 
 import pytest
+import redis
 
 from backend.core.breaker import BreakerState, CircuitBreaker, DependencyDown, redis_breaker
 from backend.core.config import get_settings
@@ -135,3 +137,19 @@ def test_one_timeout_then_every_redis_path_falls_back_without_touching_redis(
 def state(breaker: CircuitBreaker) -> BreakerState:
     """Read afresh (a call, so that type checkers do not carry an earlier assert over)."""
     return breaker.state
+
+
+@pytest.mark.db  # the session's real Redis
+def test_a_connection_closed_by_a_restarted_redis_is_replaced_without_opening_the_breaker(
+    redis_clean: None,
+) -> None:
+    url = os.environ["REDIS_URL"]
+    breaker = CircuitBreaker("Redis", 60, lambda: None)
+    limiter = RateLimiter(url, 60, breaker)
+    tenant = TenantId(str(uuid.uuid4()))
+    limits = TenantLimits(requests_per_window=10, tokens_per_window=0, concurrent=10)
+    assert limiter.admit(tenant, limits).limiter is limiter  # counted: Redis answered
+    redis.Redis.from_url(url).client_kill_filter(_id=str(limiter.redis.client_id()))  # as a restart
+    # (redis-py finds the closed connection when it takes it from the pool, and connects anew)
+    assert limiter.admit(tenant, limits).limiter is limiter  # counted again
+    assert state(breaker) is BreakerState.CLOSED and breaker.opened == 0
