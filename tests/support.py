@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from backend.core.breaker import BreakerState, CircuitBreaker
 from backend.core.paths import locomo_dir
 from gpu_runtime.client import protocol as p
 from gpu_runtime.client.composer import ComposedPrompt, EncodeItem, FactText, PromptComposer, Turn
@@ -186,3 +187,9 @@ def locomo_opening(target: Path, turns: int = 10, answerable_only: bool = False)
     )
     target.write_text(json.dumps(kept))
     return target
+
+
+def breaker_state(breaker: CircuitBreaker) -> BreakerState:
+    """A breaker's state read afresh (a call, so that type checkers do not carry an earlier
+    assert on it over to the next)."""
+    return breaker.state

@@ -12,6 +12,7 @@ import time
 import pytest
 
 from backend.core.breaker import BreakerState, CircuitBreaker, DependencyDown
+from tests.support import breaker_state as state
 
 
 class Dependency:
@@ -83,8 +84,3 @@ def test_the_background_prober_closes_it_and_one_outage_opens_it_once() -> None:
 
 def _probers(name: str) -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == f"breaker-{name}"]
-
-
-def state(breaker: CircuitBreaker) -> BreakerState:
-    """Read afresh (a call, so that type checkers do not carry an earlier assert over)."""
-    return breaker.state

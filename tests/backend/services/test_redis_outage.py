@@ -23,6 +23,7 @@ from backend.jobs.pipeline.tasks import TaskName
 from backend.services.credentials import CredentialCache
 from backend.services.rate_limits import Admission, RateLimiter, TenantLimits
 from gpu_runtime.types import TenantId
+from tests.support import breaker_state as state
 
 
 class SilentRedis:
@@ -132,11 +133,6 @@ def test_one_timeout_then_every_redis_path_falls_back_without_touching_redis(
     accepted = silent_redis.accepted
     Admission(limiter, tenant, "member", 0).record_tokens(5)  # guarded: goes to Redis again
     assert silent_redis.accepted == accepted + 1
-
-
-def state(breaker: CircuitBreaker) -> BreakerState:
-    """Read afresh (a call, so that type checkers do not carry an earlier assert over)."""
-    return breaker.state
 
 
 @pytest.mark.db  # the session's real Redis
