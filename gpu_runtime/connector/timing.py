@@ -28,8 +28,9 @@ SCHEDULER_HOOKS = (
 )
 WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
 # Sections inside ``start_load_kv`` on the fused path (``fused.py``), reported beside the hooks
-# but not added to them: pinning the facts, planning the tables, uploading them, the launch.
-LOAD_SECTIONS = ("load_acquire", "load_plan", "load_upload", "load_launch")
+# but not added to them: pinning the facts, planning the tables, uploading them, ordering the
+# forward after promotions a prefetch started (``load_ready``), the launch.
+LOAD_SECTIONS = ("load_acquire", "load_plan", "load_upload", "load_ready", "load_launch")
 # Sections inside ``get_num_new_matched_tokens``: decoding the request's wire parameters, and
 # asking the catalog whether every fact is stored.
 CLAIM_SECTIONS = ("claim_decode", "claim_available")
