@@ -19,7 +19,7 @@ from backend.core.breaker import BreakerState, CircuitBreaker, DependencyDown, r
 from backend.core.config import get_settings
 from backend.errors import UnavailableError
 from backend.jobs.pipeline.broker import send_to_broker, sender
-from backend.jobs.pipeline.tasks import TaskName
+from backend.jobs.pipeline.tasks import TaskName, queue_for
 from backend.services.credentials import CredentialCache
 from backend.services.rate_limits import Admission, RateLimiter, TenantLimits
 from gpu_runtime.types import TenantId
@@ -149,3 +149,33 @@ def test_a_connection_closed_by_a_restarted_redis_is_replaced_without_opening_th
     # (redis-py finds the closed connection when it takes it from the pool, and connects anew)
     assert limiter.admit(tenant, limits).limiter is limiter  # counted again
     assert state(breaker) is BreakerState.CLOSED and breaker.opened == 0
+
+
+@pytest.mark.db  # the session's real Redis, a database of its own (no worker consumes there)
+def test_a_jobs_send_after_redis_closed_the_senders_connection_goes_through(
+    redis_clean: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/13"
+    monkeypatch.setenv("REDIS_URL", url)
+    caches = (get_settings, sender, redis_breaker)
+    for cached in caches:
+        cached.cache_clear()
+    watcher = redis.Redis.from_url(url)
+    watcher.flushdb()
+    try:
+        send_to_broker(TaskName.RELAY_OUTBOX, {})
+        mine = watcher.client_id()
+        senders = [c["id"] for c in watcher.client_list() if c["db"] == "13" and c["id"] != mine]
+        assert senders  # kombu keeps its connection open between sends
+        for client in senders:  # as a Redis restart closes them
+            watcher.client_kill_filter(_id=client)
+        send_to_broker(TaskName.RELAY_OUTBOX, {})  # kombu connects anew: no error, no outbox
+        settings = get_settings()
+        breaker = redis_breaker(settings.redis_url, settings.redis_retry_after_s)
+        assert state(breaker) is BreakerState.CLOSED and breaker.opened == 0
+        assert watcher.llen(str(queue_for(TaskName.RELAY_OUTBOX))) == 2  # both sends queued
+    finally:
+        watcher.flushdb()
+        monkeypatch.undo()
+        for cached in caches:
+            cached.cache_clear()
