@@ -25,15 +25,13 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from backend.retrieval import checks
 from backend.retrieval.keys import IndexKey
 from backend.retrieval.keyword import KeywordCache
 from gpu_runtime.types import TenantId
 
 __all__ = ["FactIndex", "IndexKey", "gpu_available", "limit_search_threads"]
 
-_INT64_MAX = int(np.iinfo(np.int64).max)
-# Vectors must be unit length for inner product to be cosine; this absorbs float32 rounding only.
-_NORM_TOLERANCE = 1e-3
 # FAISS's StandardGpuResources reserves a large scratch buffer by default; flat searches over one
 # user's facts need little, and the GPU is shared with vLLM's KV cache.
 _GPU_TEMP_MEMORY_BYTES = 64 * 1024 * 1024
@@ -119,7 +117,7 @@ class FactIndex:
 
     def upsert(self, key: IndexKey, fact_id: int, vector: npt.NDArray[np.float32]) -> None:
         """Add one fact's vector, replacing the vector already stored under that id, if any."""
-        self.upsert_many(key, [fact_id], self._as_query(vector, name="vector"))
+        self.upsert_many(key, [fact_id], checks.query(vector, self._dim, name="vector"))
 
     def upsert_many(
         self, key: IndexKey, ids: Sequence[int], vectors: npt.NDArray[np.float32]
@@ -129,8 +127,8 @@ class FactIndex:
         Creating a key this way leaves its revision unset: the index holds some facts but was not
         built from a full snapshot, so `revision()` stays None until `rebuild`/`set_revision`.
         """
-        id_array = self._check_ids(ids)
-        matrix = self._check_matrix(vectors, len(id_array), name="vectors")
+        id_array = checks.fact_ids(ids)
+        matrix = checks.matrix(vectors, len(id_array), self._dim, name="vectors")
         if len(id_array) == 0:
             return
         with self._lock:
@@ -144,7 +142,7 @@ class FactIndex:
 
     def remove(self, key: IndexKey, fact_id: int) -> bool:
         """Remove one fact; False when the key or the fact was not indexed."""
-        id_array = np.array([self._check_id(fact_id)], dtype=np.int64)
+        id_array = np.array([checks.fact_id(fact_id)], dtype=np.int64)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -167,9 +165,9 @@ class FactIndex:
         The new index is filled before the lock is taken, so searches keep answering from the old
         one until the swap.
         """
-        checked_revision = self._check_revision(revision)
-        id_array = self._check_ids(ids)
-        matrix = self._check_matrix(vectors, len(id_array), name="vectors")
+        checked_revision = checks.revision(revision)
+        id_array = checks.fact_ids(ids)
+        matrix = checks.matrix(vectors, len(id_array), self._dim, name="vectors")
         fresh = self._new_cpu_index()
         if len(id_array):
             fresh.add_with_ids(matrix, id_array)
@@ -181,7 +179,7 @@ class FactIndex:
 
         For callers that keep the index current incrementally and only need to record how far.
         """
-        checked_revision = self._check_revision(revision)
+        checked_revision = checks.revision(revision)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None:
@@ -199,11 +197,11 @@ class FactIndex:
         """One change, kept incrementally, only if the key's index reflects ``expected`` (else
         nothing is touched and the next search rebuilds it from Postgres): checked and applied
         under one lock, so an eviction in between never leaves a partial index marked current."""
-        ids = self._check_ids([fact_id for fact_id, _ in upserts])
-        rows = [self._as_query(vector, name="vector") for _, vector in upserts]
+        ids = checks.fact_ids([fact_id for fact_id, _ in upserts])
+        rows = [checks.query(vector, self._dim, name="vector") for _, vector in upserts]
         matrix = np.vstack(rows) if rows else np.zeros((0, self._dim), dtype=np.float32)
-        gone = self._check_ids(list(removals))
-        checked = self._check_revision(revision)
+        gone = checks.fact_ids(list(removals))
+        checked = checks.revision(revision)
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.revision != expected:
@@ -266,7 +264,7 @@ class FactIndex:
         """
         if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k <= 0:
             raise ValueError(f"top_k must be a positive int, got {top_k!r}")
-        query = self._as_query(query_vector, name="query_vector")
+        query = checks.query(query_vector, self._dim, name="query_vector")
         with self._lock:
             entry = self._entries.get(key)
             if entry is None or entry.cpu.ntotal == 0:
@@ -327,55 +325,3 @@ class FactIndex:
         if entry.gpu is None:
             entry.gpu = faiss.index_cpu_to_gpu(self._gpu_res, self._gpu_device, entry.cpu)
         return entry.gpu
-
-    @staticmethod
-    def _check_id(fact_id: int) -> int:
-        if isinstance(fact_id, bool | np.bool_) or not isinstance(fact_id, int | np.integer):
-            raise ValueError(f"fact id must be an int, got {type(fact_id).__name__}")
-        value = int(fact_id)
-        # FAISS reports "no result" as id -1, so negative ids could not be told apart from it.
-        if not 0 <= value <= _INT64_MAX:
-            raise ValueError(f"fact id must be in [0, 2**63 - 1], got {value}")
-        return value
-
-    @classmethod
-    def _check_ids(cls, ids: Sequence[int]) -> npt.NDArray[np.int64]:
-        if isinstance(ids, str | bytes):
-            raise ValueError("ids must be a sequence of ints")
-        values = [cls._check_id(fact_id) for fact_id in ids]
-        if len(set(values)) != len(values):
-            raise ValueError("ids contain duplicates")
-        return np.array(values, dtype=np.int64)
-
-    @staticmethod
-    def _check_revision(revision: int) -> int:
-        if isinstance(revision, bool) or not isinstance(revision, int):
-            raise ValueError(f"revision must be an int, got {type(revision).__name__}")
-        return revision
-
-    def _check_matrix(self, vectors: Any, rows: int, *, name: str) -> npt.NDArray[np.float32]:
-        """A C-contiguous float32 [rows, dim] array of finite unit-length rows, or ValueError."""
-        if not isinstance(vectors, np.ndarray):
-            raise ValueError(f"{name} must be a numpy array, got {type(vectors).__name__}")
-        if vectors.dtype != np.float32:
-            raise ValueError(f"{name} must be float32, got {vectors.dtype}")
-        if vectors.shape != (rows, self._dim):
-            raise ValueError(f"{name} must have shape {(rows, self._dim)}, got {vectors.shape}")
-        if rows == 0:
-            return np.ascontiguousarray(vectors)
-        if not np.isfinite(vectors).all():
-            raise ValueError(f"{name} contains NaN or infinite values")
-        norms = np.linalg.norm(vectors, axis=1)
-        bad = np.flatnonzero(np.abs(norms - 1.0) > _NORM_TOLERANCE)
-        if bad.size:
-            raise ValueError(
-                f"{name} row {int(bad[0])} has L2 norm {float(norms[bad[0]]):.4f}; "
-                "vectors must be L2-normalised so that inner product is cosine"
-            )
-        return np.ascontiguousarray(vectors)
-
-    def _as_query(self, vector: Any, *, name: str) -> npt.NDArray[np.float32]:
-        """Accept one vector as [dim] or [1, dim]; return it as a checked [1, dim] array."""
-        if isinstance(vector, np.ndarray) and vector.ndim == 1:
-            vector = vector.reshape(1, -1)
-        return self._check_matrix(vector, 1, name=name)
