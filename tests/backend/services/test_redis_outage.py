@@ -23,6 +23,7 @@ from backend.jobs.pipeline.tasks import TaskName, queue_for
 from backend.services.credentials import CredentialCache
 from backend.services.rate_limits import Admission, RateLimiter, TenantLimits
 from gpu_runtime.types import TenantId
+from tests.redis_dbs import spare_redis_url
 from tests.support import breaker_state as state
 
 
@@ -151,11 +152,12 @@ def test_a_connection_closed_by_a_restarted_redis_is_replaced_without_opening_th
     assert state(breaker) is BreakerState.CLOSED and breaker.opened == 0
 
 
-@pytest.mark.db  # the session's real Redis, a database of its own (no worker consumes there)
+@pytest.mark.db  # the session's real Redis, a spare database (no worker consumes there)
 def test_a_jobs_send_after_redis_closed_the_senders_connection_goes_through(
     redis_clean: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url = os.environ["REDIS_URL"].rsplit("/", 1)[0] + "/13"
+    url = spare_redis_url(0)
+    db = url.rsplit("/", 1)[1]
     monkeypatch.setenv("REDIS_URL", url)
     caches = (get_settings, sender, redis_breaker)
     for cached in caches:
@@ -165,7 +167,7 @@ def test_a_jobs_send_after_redis_closed_the_senders_connection_goes_through(
     try:
         send_to_broker(TaskName.RELAY_OUTBOX, {})
         mine = watcher.client_id()
-        senders = [c["id"] for c in watcher.client_list() if c["db"] == "13" and c["id"] != mine]
+        senders = [c["id"] for c in watcher.client_list() if c["db"] == db and c["id"] != mine]
         assert senders  # kombu keeps its connection open between sends
         for client in senders:  # as a Redis restart closes them
             watcher.client_kill_filter(_id=client)
