@@ -166,7 +166,7 @@ def test_a_jobs_send_after_redis_closed_the_senders_connection_goes_through(
     watcher.flushdb()
     try:
         send_to_broker(TaskName.RELAY_OUTBOX, {})
-        mine = watcher.client_id()
+        mine = str(watcher.client_id())  # (CLIENT LIST's fields are strings)
         senders = [c["id"] for c in watcher.client_list() if c["db"] == db and c["id"] != mine]
         assert senders  # kombu keeps its connection open between sends
         for client in senders:  # as a Redis restart closes them
