@@ -65,7 +65,12 @@ def test_ttft_throughput_offload_and_encode_harness(runtime: EngineHarness, tmp_
     # bench reports how many (resident < segments).
     assert 0 < moved["resident"]["host"] <= moved["segments"]
     assert "penalty_ms" in moved and "prefetch_penalty_ms" in moved
-    assert moved["host_hint_5ms"]["n"] == 1 and set(moved["lead_penalty_ms"]) == {"5"}
+    assert moved["host_hint_5ms"]["n"] == moved["gpu_hint_5ms"]["n"] == 1
+    assert set(moved["lead_penalty_ms"]) == set(moved["lead_penalty_vs_gpu_ms"]) == {"5"}
+    assert moved["lead_penalty_ms"]["5"] == pytest.approx(
+        moved["host_hint_5ms"]["median"] - moved["gpu_hint_5ms"]["median"]
+    )
+    assert moved["resident"]["gpu_hint_5ms"] > 0  # settled on the GPU tier before its hint
 
     profiled = measured["profile"]
     rows = {(r["mode"], r["k"]): r["parts_ms"] for r in profiled["rows"]}
