@@ -223,9 +223,10 @@ case ${1:-} in
     ;;
   profile)
     # The runtime alone (started by the bench, hooks timed); no API, no peer.
-    # PROFILE_PARTS=profile: the per-step profile alone (no host-tier offload cells).
+    # PROFILE_PARTS=profile: the per-step profile alone (no host-tier offload cells). REPEATS=N
+    # requests a cell (20).
     python3 -m bench "${PROFILE_PARTS:-profile,offload}" --model "$model" --load-format dummy --tokenizer /opt/platform/tokenizer \
-      --profile-k 50 --offload-k 50 --hint-leads 5,10,20 --repeats 20 --out "$res/profile" 2>&1 | tail -14
+      --profile-k 50 --offload-k 50 --hint-leads 5,10,20 --repeats "${REPEATS:-20}" --out "$res/profile" 2>&1 | tail -14
     ;;
   embedder)
     bash scripts/device/platform.sh databases || exit 1  # the suite's conftest needs Redis
