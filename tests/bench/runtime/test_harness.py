@@ -70,7 +70,6 @@ def test_ttft_throughput_offload_and_encode_harness(runtime: EngineHarness, tmp_
     assert moved["lead_penalty_ms"]["5"] == pytest.approx(
         moved["host_hint_5ms"]["median"] - moved["gpu_hint_5ms"]["median"]
     )
-    assert moved["resident"]["gpu_hint_5ms"] > 0  # settled on the GPU tier before its hint
 
     profiled = measured["profile"]
     rows = {(r["mode"], r["k"]): r["parts_ms"] for r in profiled["rows"]}
