@@ -11,6 +11,7 @@ import socket
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 import redis
@@ -83,23 +84,35 @@ def _replies(data: bytes) -> list[bytes]:
     return replies
 
 
-@pytest.fixture
-def silent_redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[SilentRedis]:
-    """This process's settings, breaker and Celery sender point at a silent Redis; the probe
-    runs only when the test calls it (the background prober waits a minute)."""
-    server = SilentRedis()
-    monkeypatch.setenv("REDIS_URL", f"redis://127.0.0.1:{server.port}/0")
-    monkeypatch.setenv("INFERSCALE_REDIS_RETRY_AFTER_S", "60")
+@contextmanager
+def redis_at(monkeypatch: pytest.MonkeyPatch, url: str, **env: str) -> Iterator[None]:
+    """This process's settings, Redis breaker and Celery sender point at ``url`` (and ``env``)
+    inside the block, and back at the session's after it."""
+    monkeypatch.setenv("REDIS_URL", url)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
     caches = (get_settings, sender, redis_breaker)
     for cached in caches:
         cached.cache_clear()
     try:
-        yield server
+        yield
     finally:
-        server.close()
         monkeypatch.undo()
         for cached in caches:
             cached.cache_clear()
+
+
+@pytest.fixture
+def silent_redis(monkeypatch: pytest.MonkeyPatch) -> Iterator[SilentRedis]:
+    """Pointed at a silent Redis; the probe runs only when the test calls it (the background
+    prober waits a minute)."""
+    server = SilentRedis()
+    url = f"redis://127.0.0.1:{server.port}/0"
+    try:
+        with redis_at(monkeypatch, url, INFERSCALE_REDIS_RETRY_AFTER_S="60"):
+            yield server
+    finally:
+        server.close()
 
 
 def test_one_timeout_then_every_redis_path_falls_back_without_touching_redis(
@@ -158,13 +171,9 @@ def test_a_jobs_send_after_redis_closed_the_senders_connection_goes_through(
 ) -> None:
     url = spare_redis_url(0)
     db = url.rsplit("/", 1)[1]
-    monkeypatch.setenv("REDIS_URL", url)
-    caches = (get_settings, sender, redis_breaker)
-    for cached in caches:
-        cached.cache_clear()
     watcher = redis.Redis.from_url(url)
     watcher.flushdb()
-    try:
+    with redis_at(monkeypatch, url):
         send_to_broker(TaskName.RELAY_OUTBOX, {})
         mine = str(watcher.client_id())  # (CLIENT LIST's fields are strings)
         senders = [c["id"] for c in watcher.client_list() if c["db"] == db and c["id"] != mine]
@@ -176,8 +185,4 @@ def test_a_jobs_send_after_redis_closed_the_senders_connection_goes_through(
         breaker = redis_breaker(settings.redis_url, settings.redis_retry_after_s)
         assert state(breaker) is BreakerState.CLOSED and breaker.opened == 0
         assert watcher.llen(str(queue_for(TaskName.RELAY_OUTBOX))) == 2  # both sends queued
-    finally:
-        watcher.flushdb()
-        monkeypatch.undo()
-        for cached in caches:
-            cached.cache_clear()
+    watcher.flushdb()
