@@ -31,7 +31,6 @@ from gpu_runtime.fairness import FairGate
 from gpu_runtime.generation import Delta, EncodeJob, Finish, Generation, Mode, Sampling
 from gpu_runtime.store.disk.stored_facts import StoredFacts
 from gpu_runtime.types import (
-    PREAMBLE_PREFIX,
     EncodingConfig,
     FactKey,
     FactKeys,
@@ -199,7 +198,7 @@ class InjectionRuntime:
         """The preamble (system prompt, facts header) is the segment's first span, encoded at
         position 0 with nothing before it, so its KV is exact; encoded once, on first use."""
         first = segment.spans[0]
-        if not first.key.fact_id.startswith(PREAMBLE_PREFIX) or first.start != 0:
+        if not first.key.is_preamble or first.start != 0:
             return
         tokens = token_ids[: first.n_tokens]
         if FactKey.preamble(tenant, tokens, segment.config) != first.key:

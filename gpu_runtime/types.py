@@ -90,6 +90,10 @@ class FactKey:
         return cls(tenant, PREAMBLE_PREFIX + digest, 0, config.model, 0, config.version)
 
     @property
+    def is_preamble(self) -> bool:
+        return self.fact_id.startswith(PREAMBLE_PREFIX)
+
+    @property
     def config(self) -> EncodingConfig:
         return EncodingConfig(self.model, self.window, self.encoding_version)
 

@@ -204,8 +204,10 @@ class ChatService:
         lengths = [composer.fact_length(self.ctx.tenant, f.text) for f in facts]
         injected = injected_count(request, lengths)
         if injected and request.mode in INJECTING:
-            # Host-tier facts start moving to the GPU tier while we compose and send.
-            engine.prefetch(self.ctx.tenant, [f.key for f in facts[:injected]])
+            # Host-tier facts start moving to the GPU tier while we compose and send, and the
+            # runtime pins them and the preamble ahead of the request's load.
+            preamble = composer.preamble_key(self.ctx.tenant, config, system)
+            engine.prefetch(self.ctx.tenant, [preamble, *(f.key for f in facts[:injected])])
         prompt = composer.compose(
             self.ctx.tenant, config, facts, history, query, system, injected=injected
         )

@@ -33,6 +33,8 @@ FACTS_HEADER = "Facts about the user:\n"
 # retrieved fact is tokenized once, not on every chat that retrieves it (at k=50 that was most
 # of composing). Keyed by tenant and text, so no tenant's chat is faster for another's facts.
 FACT_TOKEN_CACHE = 32_768
+# Preambles' token ids kept per composer, by system prompt: a tenant's app sends few distinct ones.
+PREAMBLE_CACHE = 256
 
 
 def hybrid_injected(lengths: Sequence[int], recompute: int, recompute_tokens: int | None) -> int:
@@ -90,6 +92,7 @@ class PromptComposer:
         self._tenant_fact_tokens = functools.lru_cache(maxsize=FACT_TOKEN_CACHE)(
             lambda _tenant, text: self.fact_tokens(text)
         )
+        self._preambles = functools.lru_cache(maxsize=PREAMBLE_CACHE)(self.preamble_tokens)
 
     def tokens(self, text: str) -> tuple[int, ...]:
         return tuple(self._encode(text))
@@ -116,6 +119,13 @@ class PromptComposer:
     def preamble_tokens(self, system: str | None = None) -> tuple[int, ...]:
         head, _ = self._split(f"{system or self.system_prompt}\n", [("user", "?")])
         return self.tokens(head)
+
+    def preamble_key(
+        self, tenant: TenantId, config: EncodingConfig, system: str | None = None
+    ) -> FactKey:
+        """The key of the preamble ``compose`` gives this system prompt, known before the facts
+        are composed: the chat's prefetch hint names it, so the runtime pins it ahead with them."""
+        return FactKey.preamble(tenant, self._preambles(system), config)
 
     @staticmethod
     def last_turns(turns: Sequence[Turn], window: int) -> Sequence[Turn]:

@@ -4,8 +4,9 @@ The API sends a request's prefetch hint as soon as retrieval has the fact ids, a
 the request reaches the engine (docs/benchmarks.md). The worker's load then pins the same facts
 and gathers where their bytes are (``TieredKVPool.acquire``): per fact Python, on the engine
 core's critical path, ~0.4 ms for k=50 on the H100 hosts' engine cores (run 15's profile). Done
-in the hint listener's thread instead, ahead of the request, the load finds it done and only
-pins what the hint did not name (the preamble, which the runtime adds).
+in the hint listener's thread instead, ahead of the request, the load finds it done. The API's
+hint names the preamble too; a hint without it (or one sent before the preamble was first
+encoded) leaves the load to pin the preamble alone and join the two pinnings.
 
 Held pins keep facts from being evicted, so they are bounded: at most ``capacity`` hints are
 held, each for at most ``hold_s``; a hint over the bound is only a prefetch. A purge drops the
@@ -81,6 +82,12 @@ class PinnedAhead:
             if len(self._held) >= self._capacity or slot in self._held:
                 return False
         found = self._acquire(tenant, wanted)
+        if found is None and len(wanted) > 1 and wanted[0].is_preamble:
+            # A preamble not encoded yet (its request will encode it): hold the facts alone,
+            # which the load takes as "all but the first".
+            wanted = wanted[1:]
+            slot = (tenant, frozenset(wanted))
+            found = self._acquire(tenant, wanted)
         if found is None:
             return False
         held = _Held(tenant, wanted, found, self._clock() + self._hold_s)

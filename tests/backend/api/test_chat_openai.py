@@ -75,6 +75,41 @@ def test_sdk_chat_uses_stored_memory(
         assert extension["injected_tokens"] == 0
 
 
+def test_a_kv_chats_prefetch_hint_names_its_preamble_and_facts(
+    served: tuple[TestClient, Any],
+    tenant_with_memory: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The hint goes out before composing; the runtime pins what it names ahead of the load,
+    which takes it only if it names the composed segment's keys (preamble first)."""
+    http, client = served
+    hints: list[list[Any]] = []
+    composed: list[Any] = []
+    composer = client.composer()
+    compose, prefetch = composer.compose, client.prefetch
+
+    def recording_compose(*args: Any, **kwargs: Any) -> Any:
+        composed.append(compose(*args, **kwargs))
+        return composed[-1]
+
+    def recording_prefetch(tenant: Any, keys: Any) -> None:
+        hints.append(list(keys))
+        prefetch(tenant, keys)
+
+    monkeypatch.setattr(composer, "compose", recording_compose)
+    monkeypatch.setattr(client, "prefetch", recording_prefetch)
+    _sdk(http, tenant_with_memory).chat.completions.create(
+        model="inferscale",
+        messages=[{"role": "system", "content": "Answer briefly."},
+                  {"role": "user", "content": QUESTION}],
+        user="alice", max_tokens=2, temperature=0,
+        extra_body={"memory": {"top_k": 3, "mode": "kv"}},
+    )  # fmt: skip
+    [hint], [prompt] = hints, composed
+    assert hint == [span.key for span in prompt.segment.spans]
+    assert hint[0].is_preamble and len(hint) == 4
+
+
 def test_the_default_memory_mode_is_hybrid(
     served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
 ) -> None:

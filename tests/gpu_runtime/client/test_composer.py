@@ -126,6 +126,19 @@ def test_the_preamble_key_follows_the_system_prompt() -> None:
     assert composer.compose(T, CFG, [], [], "other q").segment.spans[0] == a.segment.spans[0]
 
 
+@pytest.mark.parametrize("template", [SMOLLM2, shipped("llama3"), shipped("chatml")])
+@pytest.mark.parametrize("system", [None, "Another system prompt."])
+def test_the_hints_preamble_key_is_the_composed_prompts(template: str, system: str | None) -> None:
+    """The chat names the preamble in its prefetch hint before composing: the key must be the
+    one the composed segment starts with, whatever history and query follow."""
+    composer = _composer(template, bos_token="<s>")
+    history = [("user", "hi"), ("assistant", "hello")]
+    for turns in ([], history):
+        prompt = composer.compose(T, CFG, _facts("A fact."), turns, "Where?", system=system)
+        assert composer.preamble_key(T, CFG, system) == prompt.segment.spans[0].key
+    assert composer.preamble_key(T, CFG, system) != composer.preamble_key(T, CFG, "Other.")
+
+
 def test_a_template_that_rewrites_the_system_message_is_refused() -> None:
     rewrites = "{% for m in messages %}{{ m['content'] | upper }}{% endfor %}"
     with pytest.raises(ChatTemplateError, match="verbatim"):

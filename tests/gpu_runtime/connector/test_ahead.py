@@ -97,6 +97,35 @@ def test_a_fact_not_in_memory_is_not_held(tmp_path: Path) -> None:
     assert pool.stats(A)["pinned"] == 0 and len(ahead) == 0
 
 
+def test_a_hint_naming_the_preamble_is_taken_whole(tmp_path: Path) -> None:
+    pool, facts = pool_with(tmp_path, A, ["x", "y"])
+    preamble = FactKey.preamble(A, (1, 2, 3), CFG)
+    pool.put(A, preamble, fact(9, 3, HEADS, HEAD, at=0))
+    ahead = PinnedAhead(pool.acquire, pool.release)
+    assert ahead.hint(A, [preamble, *facts])  # as the API's chat sends it
+    assert pool.stats(A)["pinned"] == 3
+
+    taken = ahead.take(A, [preamble, *facts])  # nothing left for the load to pin
+    assert taken is not None and taken.keys == [preamble, *facts]
+    pool.release(A, taken.keys)
+    assert pool.stats(A)["pinned"] == 0
+
+
+def test_a_hint_whose_preamble_is_not_encoded_yet_holds_the_facts(tmp_path: Path) -> None:
+    pool, facts = pool_with(tmp_path, A, ["x", "y"])
+    preamble = FactKey.preamble(A, (1, 2, 3), CFG)  # its first request encodes it
+    ahead = PinnedAhead(pool.acquire, pool.release)
+    assert ahead.hint(A, [preamble, *facts])
+    assert pool.stats(A)["pinned"] == 2
+
+    taken = ahead.take(A, [preamble, *facts])  # the load pins the preamble itself
+    assert taken is not None and taken.keys == facts
+    pool.release(A, taken.keys)
+    missing = FactKey.for_fact(A, "never-stored", 1, CFG)
+    assert not ahead.hint(A, [missing, *facts])  # only a preamble may be left out
+    assert pool.stats(A)["pinned"] == 0
+
+
 needs_triton = pytest.mark.skipif(not inject.available(), reason="Triton is not installed")
 
 
