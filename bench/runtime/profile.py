@@ -15,7 +15,9 @@ Cells: ``prompt`` and ``kv`` at k=0 (a kv request without facts runs as prompt m
 ``kv``, ``kv`` without its prefetch hint (``kv_no_hint``: the hint goes out with the request,
 and the worker's hint thread shares the engine core's GIL with the hooks), ``kv`` with its hint
 5 ms ahead (``kv_hint_ahead``: as the API sends it, at retrieval, before composing and the hop;
-the worker pins the facts then, ``connector/ahead.py``; timed from the request), ``kv`` with
+the worker pins the facts and the preamble then, ``connector/ahead.py``; timed from the
+request), the same with a hint naming the facts alone (``kv_facts_hint_ahead``: as the API sent
+it up to b603c7a; the load pins the preamble and joins the two pinnings), ``kv`` with
 its facts on the pinned host tier and its hint ``HOST_LEAD_S`` ahead (``kv_host_hint_ahead``:
 the copy to the GPU tier long done by the request, so what it still costs over ``kv`` is not the
 copy: the facts are moved outside the timed region),
@@ -46,6 +48,7 @@ from gpu_runtime.connector.timing import (
 NO_HINT = "kv_no_hint"  # a kv request sent without its prefetch hint
 HINT_AHEAD = "kv_hint_ahead"  # its hint sent HINT_LEAD_S before it, as the API's retrieval does
 HINT_LEAD_S = 0.005  # the API sends the hint before composing and the hop (~5 ms, run 8)
+FACTS_AHEAD = "kv_facts_hint_ahead"  # HINT_AHEAD with a hint that leaves out the preamble
 HOST_AHEAD = "kv_host_hint_ahead"  # its facts on the host tier, its hint HOST_LEAD_S ahead
 HOST_LEAD_S = 0.02  # k=50's 131 MB cross PCIe in ~3.5 ms (docs/benchmarks.md)
 PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
@@ -53,7 +56,8 @@ PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker
 
 
 def cells(k: int) -> list[tuple[str, int]]:
-    return [("prompt", 0), ("kv", 0), ("kv", k), (NO_HINT, k), (HINT_AHEAD, k), (HOST_AHEAD, k),
+    return [("prompt", 0), ("kv", 0), ("kv", k), (NO_HINT, k), (HINT_AHEAD, k), (FACTS_AHEAD, k),
+            (HOST_AHEAD, k),
             ("prompt_prefix_cache", k), ("prompt", k)]  # fmt: skip
 
 
@@ -99,15 +103,19 @@ class _Profiler:
 
     async def one(self, mode: str, k: int) -> dict[str, float]:
         w = self.w
-        kv = mode in (NO_HINT, HINT_AHEAD, HOST_AHEAD)
+        kv = mode in (NO_HINT, HINT_AHEAD, FACTS_AHEAD, HOST_AHEAD)
         request, hint = request_for(w, "kv" if kv else mode, list(range(k)), 1)
         hint = None if mode == NO_HINT else hint
+        if mode == FACTS_AHEAD and hint is not None:  # the preamble's key comes first
+            hint = p.KeysRequest(tenant=hint.tenant, keys=hint.keys[1:])
         if mode == HOST_AHEAD and hint is not None:  # every fact and the preamble to the host
             demote = p.DemoteRequest(tenant=w.tenant.value, keys=hint.keys, tier="host")
             await asyncio.to_thread(w.client.demote, demote)
             await settled(w, hint, "host")
         await asyncio.to_thread(w.client.trace, True)  # a fresh count of the worker's hooks
-        lead = {HINT_AHEAD: HINT_LEAD_S, HOST_AHEAD: HOST_LEAD_S}.get(mode)
+        lead = {HINT_AHEAD: HINT_LEAD_S, FACTS_AHEAD: HINT_LEAD_S, HOST_AHEAD: HOST_LEAD_S}.get(
+            mode
+        )
         if lead is not None and hint is not None:  # the clock starts at the request
             await w.client.aprefetch(hint)
             await asyncio.sleep(lead)
@@ -162,6 +170,8 @@ def deltas(rows: list[dict[str, Any]], k: int) -> dict[str, float]:
         f"kv{k}_without_hint_minus_free_kv{k}": median(NO_HINT, k)
         - median("prompt_prefix_cache", k),
         f"kv{k}_hint_ahead_minus_free_kv{k}": median(HINT_AHEAD, k)
+        - median("prompt_prefix_cache", k),
+        f"kv{k}_facts_hint_ahead_minus_free_kv{k}": median(FACTS_AHEAD, k)
         - median("prompt_prefix_cache", k),
         f"kv{k}_host_hint_ahead_minus_kv{k}": median(HOST_AHEAD, k) - median("kv", k),
         f"engine_kv{k}_minus_free_kv{k}": median("kv", k, "engine_ttft")

@@ -74,20 +74,22 @@ def test_ttft_throughput_offload_and_encode_harness(runtime: EngineHarness, tmp_
     profiled = measured["profile"]
     rows = {(r["mode"], r["k"]): r["parts_ms"] for r in profiled["rows"]}
     assert set(rows) == {("prompt", 0), ("kv", 0), ("kv", 4), ("kv_no_hint", 4),
-                         ("kv_hint_ahead", 4), ("kv_host_hint_ahead", 4),
-                         ("prompt_prefix_cache", 4), ("prompt", 4)}  # fmt: skip
+                         ("kv_hint_ahead", 4), ("kv_facts_hint_ahead", 4),
+                         ("kv_host_hint_ahead", 4), ("prompt_prefix_cache", 4),
+                         ("prompt", 4)}  # fmt: skip
     for parts in rows.values():
         assert all(parts[part]["n"] == 2 for part in PARTS)
         median = {part: parts[part]["median"] for part in PARTS}
         assert 0 < median["engine_ttft"] < median["client_ttft"]  # the HTTP hop costs something
         assert median["scheduler_hooks"] > 0  # vLLM asks the connector about every request
     # Only a request with facts loads: the worker's load hook has work in the kv k=4 cell.
-    for cell in ("kv", "kv_no_hint", "kv_hint_ahead", "kv_host_hint_ahead"):
+    for cell in ("kv", "kv_no_hint", "kv_hint_ahead", "kv_facts_hint_ahead", "kv_host_hint_ahead"):
         kv = rows[(cell, 4)]
         assert kv["hook:start_load_kv"]["median"] > 0 and kv["worker_hooks"]["median"] > 0
     assert set(profiled["deltas_ms"]) == {
         "kv0_minus_prompt0", "kv4_minus_free_kv4", "kv4_without_hint_minus_free_kv4",
-        "kv4_hint_ahead_minus_free_kv4", "kv4_host_hint_ahead_minus_kv4",
+        "kv4_hint_ahead_minus_free_kv4", "kv4_facts_hint_ahead_minus_free_kv4",
+        "kv4_host_hint_ahead_minus_kv4",
         "engine_kv4_minus_free_kv4",
     }  # fmt: skip
 
