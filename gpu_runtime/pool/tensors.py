@@ -25,6 +25,7 @@ from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.pool.arena import Packing, PinnedFacts, SlabArena, pack, unpack
 from gpu_runtime.pool.entries import Move, Tier, UnknownEntryError
 from gpu_runtime.pool.index import ResidencyIndex
+from gpu_runtime.pool.landing import Landings
 from gpu_runtime.pool.metrics import PoolMetrics
 from gpu_runtime.store.base import DurableKVStore
 from gpu_runtime.store.fact_kv import FactKV
@@ -49,7 +50,7 @@ class TieredKVPool:
         self.metrics = PoolMetrics()
         self._stream: torch.cuda.Stream | None = None
         self._reclaimers: list[Callable[[], None]] = []
-        self._landing: dict[FactKey, torch.cuda.Event] = {}  # GPU-tier copies still in flight
+        self._landing: Landings[torch.cuda.Event] = Landings()  # GPU-tier copies in flight
 
     @classmethod
     def create(
@@ -100,7 +101,7 @@ class TieredKVPool:
         removed = self.index.remove(key.tenant, key)
         if removed is None or not removed.pins:
             self._packings.pop(key, None)
-        self._landing.pop(key, None)
+        self._landing.pop(key)
 
     def _move_slabs(self, move: Move) -> None:
         self._arena(move.dst_tier).copy_slabs(
@@ -109,14 +110,14 @@ class TieredKVPool:
         if move.dst_tier is Tier.GPU and self._stream is not None:
             landed = torch.cuda.Event()  # type: ignore[no-untyped-call]
             landed.record(self._stream)
-            self._landing[move.key] = landed
+            self._landing.record(move.key, landed)
 
     def _copy(self, tier: Tier, slabs: tuple[int, ...], blob: torch.Tensor) -> None:
         self._on_side_stream(lambda: self._arena(tier).write(slabs, blob))
 
     def _on_side_stream(self, work: Callable[[], None], *, join: bool = True) -> None:
         """Evictions and promotions run off the compute stream; with ``join`` the caller's
-        stream waits for them, else readers wait on the per-fact ``_landing`` events."""
+        stream waits for them, else readers wait on the facts' ``_landing`` events."""
         if self.device.type != "cuda":
             work()
             return
@@ -181,7 +182,7 @@ class TieredKVPool:
                 else:
                     if entry.tier is Tier.HOST:
                         self._host_reads_safe()
-                    landing = self._landing.pop(key, None)
+                    landing = self._landing.pop(key)
                     if landing is not None and entry.tier is Tier.GPU:
                         torch.cuda.current_stream(self.device).wait_event(landing)
                     packing = self._packings[key]
@@ -249,16 +250,10 @@ class TieredKVPool:
         n = len(keys)
         slab_counts = np.fromiter((len(p[1]) for p in placed), np.int64, n)
         lengths = np.fromiter((p.shape[1] for p in stored), np.int64, n)
-        ready: list[torch.cuda.Event] = []
+        landing = None
         if self._landing:  # promotions to the GPU tier in flight (prefetch)
-            for key, (tier, _) in zip(keys, placed, strict=True):
-                landing = self._landing.get(key) if tier is Tier.GPU else None
-                if landing is None:
-                    continue
-                if landing.query():  # type: ignore[no-untyped-call]
-                    del self._landing[key]  # landed: readers need not wait
-                else:
-                    ready.append(landing)
+            on_gpu = (key for key, p in zip(keys, placed, strict=True) if p[0] is Tier.GPU)
+            landing = self._landing.wait_for(on_gpu)
         return PinnedFacts(
             keys=tuple(keys),
             arenas=np.fromiter((p[0] is Tier.HOST for p in placed), np.int64, n),
@@ -269,7 +264,7 @@ class TieredKVPool:
             slabs=np.fromiter(chain.from_iterable(p[1] for p in placed), np.int64),
             position_rows=np.cumsum(lengths) - lengths,
             positions=np.concatenate([p.position_array for p in stored]),
-            ready=tuple(ready),
+            ready=() if landing is None else (landing,),
         )
 
     def add_reclaimer(self, reclaim: Callable[[], None]) -> None:
@@ -290,8 +285,7 @@ class TieredKVPool:
         self.reclaim()
         with self._lock, torch.inference_mode():
             self._apply(self.index.prefetch(tenant, keys), join=False)
-            for key in [k for k, e in self._landing.items() if e.query()]:  # type: ignore[no-untyped-call]
-                del self._landing[key]  # landed: readers need not wait
+            self._landing.sweep()  # landed: readers need not wait
 
     def release(self, tenant: TenantId, keys: list[FactKey]) -> None:
         with self._lock:
@@ -311,7 +305,7 @@ class TieredKVPool:
                 if self.index.remove(tenant, key) is not None:
                     held.add(key)
                 self._packings.pop(key, None)
-                self._landing.pop(key, None)
+                self._landing.pop(key)
         held |= {key for key in keys if self.disk.exists(key)}
         self.disk.delete_many(tenant, keys)
         return len(held)
