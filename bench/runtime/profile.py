@@ -51,14 +51,14 @@ HINT_LEAD_S = 0.005  # the API sends the hint before composing and the hop (~5 m
 FACTS_AHEAD = "kv_facts_hint_ahead"  # HINT_AHEAD with a hint that leaves out the preamble
 HOST_AHEAD = "kv_host_hint_ahead"  # its facts on the host tier, its hint HOST_LEAD_S ahead
 HOST_LEAD_S = 0.02  # k=50's 131 MB cross PCIe in ~3.5 ms (docs/benchmarks.md)
+LEADS = {HINT_AHEAD: HINT_LEAD_S, FACTS_AHEAD: HINT_LEAD_S, HOST_AHEAD: HOST_LEAD_S}
 PARTS = ("client_ttft", "engine_ttft", "http_stream", "scheduler_hooks", "worker_hooks",
          "engine_rest")  # fmt: skip
 
 
 def cells(k: int) -> list[tuple[str, int]]:
     return [("prompt", 0), ("kv", 0), ("kv", k), (NO_HINT, k), (HINT_AHEAD, k), (FACTS_AHEAD, k),
-            (HOST_AHEAD, k),
-            ("prompt_prefix_cache", k), ("prompt", k)]  # fmt: skip
+            (HOST_AHEAD, k), ("prompt_prefix_cache", k), ("prompt", k)]  # fmt: skip
 
 
 def worker_hook_ms(trace: p.TraceResult) -> dict[str, float]:
@@ -103,7 +103,7 @@ class _Profiler:
 
     async def one(self, mode: str, k: int) -> dict[str, float]:
         w = self.w
-        kv = mode in (NO_HINT, HINT_AHEAD, FACTS_AHEAD, HOST_AHEAD)
+        kv = mode == NO_HINT or mode in LEADS
         request, hint = request_for(w, "kv" if kv else mode, list(range(k)), 1)
         hint = None if mode == NO_HINT else hint
         if mode == FACTS_AHEAD and hint is not None:  # the preamble's key comes first
@@ -113,9 +113,7 @@ class _Profiler:
             await asyncio.to_thread(w.client.demote, demote)
             await settled(w, hint, "host")
         await asyncio.to_thread(w.client.trace, True)  # a fresh count of the worker's hooks
-        lead = {HINT_AHEAD: HINT_LEAD_S, FACTS_AHEAD: HINT_LEAD_S, HOST_AHEAD: HOST_LEAD_S}.get(
-            mode
-        )
+        lead = LEADS.get(mode)
         if lead is not None and hint is not None:  # the clock starts at the request
             await w.client.aprefetch(hint)
             await asyncio.sleep(lead)
