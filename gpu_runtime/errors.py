@@ -31,3 +31,8 @@ class PromptTooLongError(InvalidRequestError):
 
 class EncodingError(RuntimeErrorBase):
     """The engine ran but a fact's KV did not reach the store."""
+
+
+class LoadPlanError(RuntimeErrorBase, ValueError):
+    """A step's loads cannot be planned for this model (facts of another shape, or a position
+    change beyond the RoPE table)."""

@@ -2,15 +2,17 @@
 
     python -m bench.runtime.hook_cost --k 50 --out runs/hook-cost.json
 
-The three per-fact paths of a kv request, as the engine core runs them (issue 29's profile):
+The per-fact paths of a kv request, as the engine core runs them (issue 29's profile):
 decoding the request's wire parameters (``decode_params``), the claim's look-up of every fact in
 the durable index (``SchedulerHalf.num_new_matched_tokens`` over ``FactCatalog`` and
-``StoredFacts``), and pinning the facts in the tiered pool (``TieredKVPool.acquire`` and
-``release``). Each is timed back to back (warm: the same objects stay in the CPU's caches) and
-after evicting the caches (cold: a 64 MiB array summed and 300,000 Python objects walked
-first), which is how the engine core meets them: once per request, after a forward's worth of
-other work. On the H100 host of run 14 the hooks inside vLLM took about 4x what the same calls
-took warm in a plain process; this measures how much of that the caches alone explain.
+``StoredFacts``), pinning the facts in the tiered pool (``TieredKVPool.acquire`` and
+``release``), and planning the fused loader's tables for them (``plan.plan_tables``: in full,
+``plan``, and completing the run the prefetch hint planned ahead, ``plan_ahead``). Each is
+timed back to back (warm: the same objects stay in the CPU's caches) and after evicting the
+caches (cold: a 64 MiB array summed and 300,000 Python objects walked first), which is how the
+engine core meets them: once per request, after a forward's worth of other work. On the H100
+host of run 14 the hooks inside vLLM took about 4x what the same calls took warm in a plain
+process; this measures how much of that the caches alone explain.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import numpy as np
 import torch
 
 from gpu_runtime.connector.catalog import FactCatalog
+from gpu_runtime.connector.metadata import LoadPiece, LoadRequest
+from gpu_runtime.connector.plan import plan_tables, rows_from_template, token_template
 from gpu_runtime.connector.scheduler import SchedulerHalf
 from gpu_runtime.connector.wire import decode_params, encode_params
 from gpu_runtime.pool.tensors import TieredKVPool
@@ -82,6 +86,15 @@ def measure(k: int, repeats: int) -> dict[str, Any]:
         if scheduler.num_new_matched_tokens(params, 0, prompt_len) != k * TOKENS:
             raise RuntimeError("the claim does not cover the facts")
 
+        pinned = pool.acquire(TENANT, keys)  # held for the plan's path, released below
+        assert pinned is not None
+        pieces = tuple(LoadPiece(key, 0, TOKENS, i * TOKENS) for i, key in enumerate(keys))
+        blocks = tuple(range(prompt_len // BLOCK + 1))
+        load = LoadRequest("bench", TENANT, pieces, blocks, BLOCK, 0, k * TOKENS)
+        ahead = token_template(pinned)  # as the prefetch hint's thread makes it
+        if rows_from_template(load, ahead, 0) is None:
+            raise RuntimeError("the load is not the run its template plans")
+
         def pin() -> None:
             if pool.acquire(TENANT, keys) is None:
                 raise RuntimeError("a fact is not in the pool")
@@ -91,15 +104,19 @@ def measure(k: int, repeats: int) -> dict[str, Any]:
             "decode": lambda: decode_params(wire),
             "claim": lambda: scheduler.num_new_matched_tokens(params, 0, prompt_len),
             "acquire_release": pin,
+            "plan": lambda: plan_tables([load], [pinned], [None], shape[0], 1 << 20),
+            "plan_ahead": lambda: plan_tables([load], [pinned], [ahead], shape[0], 1 << 20),
         }
         evict = Evictor()
         for run in paths.values():  # first use (key memos, index followers) out of the figures
             run()
-        return {
+        result = {
             name: {"warm_us": median_us(run, repeats, None),
                    "cold_us": median_us(run, repeats, evict)}
             for name, run in paths.items()
         }  # fmt: skip
+        pool.release(TENANT, keys)
+        return result
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,7 +6,9 @@ and gathers where their bytes are (``TieredKVPool.acquire``): per fact Python, o
 core's critical path, ~0.4 ms for k=50 on the H100 hosts' engine cores (run 15's profile). Done
 in the hint listener's thread instead, ahead of the request, the load finds it done. The API's
 hint names the preamble too; a hint without it (or one sent before the preamble was first
-encoded) leaves the load to pin the preamble alone and join the two pinnings.
+encoded) leaves the load to pin the preamble alone and join the two pinnings. The thread also
+plans the facts' tokens as one run (``plan.token_template``), which a load that reads them as
+such a run (the usual kv request) only completes.
 
 Held pins keep facts from being evicted, so they are bounded: at most ``capacity`` hints are
 held, each for at most ``hold_s``; a hint over the bound is only a prefetch. A purge drops the
@@ -21,6 +23,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from gpu_runtime.connector.plan import TokenTemplate, token_template
 from gpu_runtime.pool.arena import PinnedFacts
 from gpu_runtime.types import FactKey, TenantId
 
@@ -36,16 +39,18 @@ class _Held:
     tenant: TenantId
     keys: list[FactKey]
     found: PinnedFacts
+    template: TokenTemplate
     expires: float
 
 
 @dataclass(frozen=True)
 class Taken:
-    """What a load found pinned ahead: ``keys`` (pinned; the load releases them) and where
-    their bytes are."""
+    """What a load found pinned ahead: ``keys`` (pinned; the load releases them), where
+    their bytes are and their tokens planned as one run."""
 
     keys: list[FactKey]
     found: PinnedFacts
+    template: TokenTemplate
 
 
 class PinnedAhead:
@@ -90,7 +95,7 @@ class PinnedAhead:
             found = self._acquire(tenant, wanted)
         if found is None:
             return False
-        held = _Held(tenant, wanted, found, self._clock() + self._hold_s)
+        held = _Held(tenant, wanted, found, token_template(found), self._clock() + self._hold_s)
         with self._lock:
             if slot not in self._held and len(self._held) < self._capacity:
                 self._held[slot] = held
@@ -111,7 +116,7 @@ class PinnedAhead:
             for facts in candidates:
                 held = self._held.pop((tenant, facts), None)
                 if held is not None:
-                    return Taken(held.keys, held.found)
+                    return Taken(held.keys, held.found, held.template)
         return None
 
     def sweep(self) -> None:

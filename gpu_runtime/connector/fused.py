@@ -25,6 +25,7 @@ from gpu_runtime.connector import timing
 from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
+from gpu_runtime.connector.plan import TokenTemplate, plan_tables
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
 from gpu_runtime.pool.arena import PinnedFacts
@@ -145,13 +146,15 @@ class FusedLoader:
         self.ahead.sweep()
         pins: list[tuple[TenantId, list[FactKey]]] = []
         pinned: list[PinnedFacts] = []
+        templates: list[TokenTemplate | None] = []  # where the prefetch hint planned ahead
         with timing.section("load_acquire"):
             for load in loads:
-                found = self._acquire(load, pins)
-                if found is None:
+                acquired = self._acquire(load, pins)
+                if acquired is None:
                     self._unpin(pins)
                     return False
-                pinned.append(found)
+                pinned.append(acquired[0])
+                templates.append(acquired[1])
         kernel_format = {(self.shape.stored_dtype, self.shape.scaled)}
         if any(found.formats != kernel_format for found in pinned):
             # Facts stored in another format than the kernel reads: the PyTorch path converts
@@ -161,7 +164,7 @@ class FusedLoader:
             return False
         try:
             with timing.section("load_plan"):
-                plan = self._plan(loads, pinned)
+                plan = self._plan(loads, pinned, templates)
         except Exception:
             self._unpin(pins)
             raise
@@ -185,26 +188,28 @@ class FusedLoader:
 
     def _acquire(
         self, load: LoadRequest, pins: list[tuple[TenantId, list[FactKey]]]
-    ) -> PinnedFacts | None:
+    ) -> tuple[PinnedFacts, TokenTemplate | None] | None:
         """A load's facts pinned (what its prefetch hint pinned ahead, and the rest now), each
-        pinning added to ``pins``; ``None`` if a fact is gone."""
+        pinning added to ``pins``, with the hint's plan of them if it pinned them all; ``None``
+        if a fact is gone."""
         keys = list(dict.fromkeys(piece.key for piece in load.pieces))
         taken = self.ahead.take(load.tenant, keys)
         if taken is None:
             found = self.pool.acquire(load.tenant, keys)
-            if found is not None:
-                pins.append((load.tenant, keys))
-            return found
+            if found is None:
+                return None
+            pins.append((load.tenant, keys))
+            return found, None
         pins.append((load.tenant, taken.keys))
         held = set(taken.keys)
         rest = [key for key in keys if key not in held]
         if not rest:
-            return taken.found
+            return taken.found, taken.template
         others = self.pool.acquire(load.tenant, rest)
         if others is None:
             return None
         pins.append((load.tenant, rest))
-        return PinnedFacts.joined([taken.found, others])
+        return PinnedFacts.joined([taken.found, others]), None
 
     def wait_layer(self, layer: int) -> None:
         """Called before layer ``layer``'s attention: its injected KV must be in the cache."""
@@ -272,43 +277,15 @@ class FusedLoader:
             self.pool.release(tenant, keys)
 
     def _plan(
-        self, loads: list[LoadRequest], pinned: list[PinnedFacts]
+        self,
+        loads: list[LoadRequest],
+        pinned: list[PinnedFacts],
+        templates: list[TokenTemplate | None],
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Vectorised per load (no Python loop over tokens): the int64 tables, on the device."""
-        token_rows: list[np.ndarray] = []  # each [n, 4]: fact, local token, delta, slot
-        fact_rows: list[np.ndarray] = []  # each [F, 3]: arena, stored tokens, first slab row
-        slab_tables: list[np.ndarray] = []  # each [S]: slab ids
-        n_facts = n_slabs = 0
-        for load, found in zip(loads, pinned, strict=True):
-            if found.n_layers != {self.shape.n_layers}:
-                raise ValueError(f"facts of {load.req_id} were encoded for another model shape")
-            index = {key: i for i, key in enumerate(found.keys)}
-            pieces = np.array(
-                [(index[p.key], p.src_offset, p.n, p.position) for p in load.pieces], np.int64
-            ).reshape(-1, 4)  # [P, 4]: fact, first stored token, tokens, first position
-            fact, src, count, dst = pieces.T
-            total = int(count.sum())
-            if total != load.end - load.start:
-                raise ValueError("load pieces do not cover the claimed slots")
-            piece = np.repeat(np.arange(len(count)), count)  # [n] piece of each token
-            step = np.arange(total) - np.repeat(np.cumsum(count) - count, count)  # [n]
-            local = src[piece] + step  # [n] token within its stored fact
-            stored = found.positions[found.position_rows[fact[piece]] + local]  # [n] captured at
-            rows = np.empty((total, inject.TOKEN_FIELDS), dtype=np.int64)
-            rows[:, 0] = n_facts + fact[piece]
-            rows[:, 1] = local
-            rows[:, 2] = dst[piece] + step - stored
-            rows[:, 3] = load.slots()
-            token_rows.append(rows)
-            fact_rows.append(np.stack([found.arenas, found.n_tokens, n_slabs + found.slab_rows], 1))
-            slab_tables.append(found.slabs)
-            n_facts += len(found.keys)
-            n_slabs += len(found.slabs)
-        tokens = np.concatenate(token_rows) if token_rows else np.empty((0, 4), np.int64)
-        if len(tokens) and int(np.abs(tokens[:, 2]).max()) >= self._max_position:
-            raise ValueError("a position change is beyond the RoPE table")
-        facts = np.concatenate(fact_rows) if fact_rows else np.empty((0, 3), np.int64)
-        slabs = np.concatenate(slab_tables) if slab_tables else np.empty(0, np.int64)
+        """The step's int64 tables (``plan.plan_tables``), on the device."""
+        tokens, facts, slabs = plan_tables(
+            loads, pinned, templates, self.shape.n_layers, self._max_position
+        )  # [n, TOKEN_FIELDS], [F, FACT_FIELDS], [S]
         with timing.section("load_upload"):
             packed, offsets = self._upload([tokens.ravel(), facts.ravel(), slabs])
         return (

@@ -17,10 +17,13 @@ from gpu_runtime.types import FactKey, TenantId
 
 
 def slot_array(block_ids: tuple[int, ...], block_size: int, start: int, end: int) -> np.ndarray:
-    """Cache slots [end - start] int64 of prompt positions [start, end), vectorised."""
-    positions = np.arange(start, end, dtype=np.int64)
-    blocks = np.asarray(block_ids, dtype=np.int64)
-    return blocks[positions // block_size] * block_size + positions % block_size
+    """Cache slots [end - start] int64 of prompt positions [start, end), vectorised: every
+    slot of the blocks the range touches, then the range's."""
+    first, last = start // block_size, (end - 1) // block_size + 1
+    blocks = np.array(block_ids[first:last], dtype=np.int64)  # [B] the range's blocks
+    slots = blocks[:, None] * block_size + np.arange(block_size)  # [B, block_size]
+    at = first * block_size
+    return slots.ravel()[start - at : end - at]
 
 
 class LoadPiece(NamedTuple):

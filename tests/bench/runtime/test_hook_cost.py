@@ -1,4 +1,4 @@
-"""The connector's per-request Python microbench (``bench/runtime/hook_cost.py``) runs its three
+"""The connector's per-request Python microbench (``bench/runtime/hook_cost.py``) runs its
 paths over a real pool, durable index and catalog, warm and cold, so it cannot rot. No speed is
 asserted."""
 
@@ -13,6 +13,6 @@ pytestmark = pytest.mark.unit
 
 def test_every_path_is_timed_warm_and_cold() -> None:
     paths = measure(k=5, repeats=3)
-    assert set(paths) == {"decode", "claim", "acquire_release"}
+    assert set(paths) == {"decode", "claim", "acquire_release", "plan", "plan_ahead"}
     for row in paths.values():
         assert row["warm_us"] > 0 and row["cold_us"] > 0

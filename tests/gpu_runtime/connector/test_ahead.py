@@ -5,10 +5,12 @@ and a load that takes them injects the very bytes it would have without the hint
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
+from gpu_runtime.connector import plan
 from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.metadata import InjectionMetadata, LoadPiece, LoadRequest
 from gpu_runtime.kernels import inject
@@ -129,29 +131,60 @@ def test_a_hint_whose_preamble_is_not_encoded_yet_holds_the_facts(tmp_path: Path
 needs_triton = pytest.mark.skipif(not inject.available(), reason="Triton is not installed")
 
 
-def _inject(tmp_path: Path, hinted: bool) -> tuple[list[torch.Tensor], TieredKVPool, int]:
-    """A load of a preamble and two facts through the fused loader (Triton's interpreter),
-    the two facts hinted first or not; the caches after it, the pool and the hints still held."""
+RUN = "run"  # the preamble from its 2nd token, then both facts whole: one run of the template
+SPLIT = "split"  # the second fact from its 2nd token: no run, planned in full
+
+
+def _inject(
+    tmp_path: Path, hinted: str, shape: str = SPLIT
+) -> tuple[list[torch.Tensor], TieredKVPool, int]:
+    """A load of a preamble (3 tokens) and two facts (4 and 5) through the fused loader
+    (Triton's interpreter), ``hinted`` first: nothing (""), the two facts ("facts") or all three
+    ("all", as the API's hint names them); the caches after it, the pool and the hints held."""
     pool, keys = pool_with(tmp_path, A, ["pre", "x", "y"])
     rot = RopeRotator(table(256, HEAD), HEAD, HEAD, True)
     half = worker(pool, rot, HEADS, HEAD, True)
     assert half.fused is not None
-    if hinted:
-        half.prefetch(A, keys[1:])  # as the hint listener's thread does
-        assert pool.stats(A)["pinned"] == 2
-    pieces = (LoadPiece(keys[0], 0, 3, 0), LoadPiece(keys[1], 0, 4, 3), LoadPiece(keys[2], 1, 4, 7))
-    load = LoadRequest("r", A, pieces, tuple(range(BLOCKS)), BLOCK, 0, 11)
+    hint = {"": [], "facts": keys[1:], "all": keys}[hinted]
+    if hint:
+        half.prefetch(A, hint)  # as the hint listener's thread does
+        assert pool.stats(A)["pinned"] == len(hint)
+    if shape == RUN:
+        pieces = (LoadPiece(keys[0], 1, 2, 1), LoadPiece(keys[1], 0, 4, 3),
+                  LoadPiece(keys[2], 0, 5, 7))  # fmt: skip
+        load = LoadRequest("r", A, pieces, tuple(range(BLOCKS)), BLOCK, 1, 12)
+    else:
+        pieces = (LoadPiece(keys[0], 0, 3, 0), LoadPiece(keys[1], 0, 4, 3),
+                  LoadPiece(keys[2], 1, 4, 7))  # fmt: skip
+        load = LoadRequest("r", A, pieces, tuple(range(BLOCKS)), BLOCK, 0, 11)
     half.start_load(InjectionMetadata(loads=[load]))
     half.finish_step()
     return [half._kv[name].clone() for name in half.layers], pool, len(half.fused.ahead)
 
 
 @needs_triton
-def test_a_load_that_takes_a_hint_injects_what_it_would_without_one(tmp_path: Path) -> None:
-    with_hint, pool, held = _inject(tmp_path / "hinted", hinted=True)
-    without, _, _ = _inject(tmp_path / "plain", hinted=False)
+@pytest.mark.parametrize("hinted", ["facts", "all"])
+@pytest.mark.parametrize("shape", [SPLIT, RUN])
+def test_a_load_that_takes_a_hint_injects_what_it_would_without_one(
+    tmp_path: Path, hinted: str, shape: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from_template: list[bool] = []
+    complete = plan.rows_from_template
+
+    def spied(*args: Any) -> Any:
+        rows = complete(*args)
+        from_template.append(rows is not None)
+        return rows
+
+    monkeypatch.setattr(plan, "rows_from_template", spied)
+    with_hint, pool, held = _inject(tmp_path / "hinted", hinted, shape)
+    # Only a hint naming every fact of the load gives it a template, and only a run uses it.
+    assert from_template == ([shape == RUN] if hinted == "all" else [])
+    from_template.clear()
+    without, _, _ = _inject(tmp_path / "plain", "", shape)
+    assert from_template == []
     assert held == 0  # the load took the hint's pins
-    assert pool.stats(A)["pinned"] == 0  # and released them with the preamble's
+    assert pool.stats(A)["pinned"] == 0  # and released them (with the preamble's)
     for a, b in zip(with_hint, without, strict=True):
         assert a.abs().sum() > 0 and torch.equal(a, b)
 
