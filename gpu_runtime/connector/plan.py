@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from gpu_runtime.connector import timing
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.errors import LoadPlanError
 
@@ -86,7 +87,10 @@ def plan_tables(
     for load, found, template in zip(loads, pinned, templates, strict=True):
         if found.n_layers != {n_layers}:
             raise LoadPlanError(f"facts of {load.req_id} were encoded for another model shape")
-        rows = None if template is None else rows_from_template(load, template, n_facts)
+        rows = None
+        if template is not None:
+            with timing.section("load_plan_ahead"):
+                rows = rows_from_template(load, template, n_facts)
         token_rows.append(_token_rows(load, found, n_facts) if rows is None else rows)
         if template is None:
             fact_rows.append(_fact_rows(found, n_slabs))

@@ -28,9 +28,12 @@ SCHEDULER_HOOKS = (
 )
 WORKER_HOOKS = ("start_load_kv", "wait_for_layer_load", "wait_for_save")
 # Sections inside ``start_load_kv`` on the fused path (``fused.py``), reported beside the hooks
-# but not added to them: pinning the facts, planning the tables, uploading them, ordering the
-# forward after promotions a prefetch started (``load_ready``), the launch.
-LOAD_SECTIONS = ("load_acquire", "load_plan", "load_upload", "load_ready", "load_launch")
+# but not added to them: pinning the facts, planning the tables (within it, completing the plan
+# a prefetch hint made ahead, ``load_plan_ahead``, and uploading them), ordering the forward
+# after promotions a prefetch started (``load_ready``), the launch.
+LOAD_SECTIONS = (
+    "load_acquire", "load_plan", "load_plan_ahead", "load_upload", "load_ready", "load_launch"
+)  # fmt: skip
 # Sections inside ``get_num_new_matched_tokens``: decoding the request's wire parameters, and
 # asking the catalog whether every fact is stored.
 CLAIM_SECTIONS = ("claim_decode", "claim_available")
