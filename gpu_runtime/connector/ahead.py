@@ -109,15 +109,11 @@ class PinnedAhead:
         pass to the caller."""
         if not self._held:
             return None
-        candidates = [frozenset(keys)]
-        if len(keys) > 1:
-            candidates.append(frozenset(keys[1:]))
         with self._lock:
-            for facts in candidates:
-                held = self._held.pop((tenant, facts), None)
-                if held is not None:
-                    return Taken(held.keys, held.found, held.template)
-        return None
+            held = self._held.pop((tenant, frozenset(keys)), None)
+            if held is None and len(keys) > 1:  # a hint without the preamble
+                held = self._held.pop((tenant, frozenset(keys[1:])), None)
+        return None if held is None else Taken(held.keys, held.found, held.template)
 
     def sweep(self) -> None:
         """Releases the hints held past their time (oldest first, so it stops early)."""

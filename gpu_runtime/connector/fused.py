@@ -201,10 +201,10 @@ class FusedLoader:
             pins.append((load.tenant, keys))
             return found, None
         pins.append((load.tenant, taken.keys))
+        if len(taken.keys) == len(keys):  # the hint named them all (it holds no others)
+            return taken.found, taken.template
         held = set(taken.keys)
         rest = [key for key in keys if key not in held]
-        if not rest:
-            return taken.found, taken.template
         others = self.pool.acquire(load.tenant, rest)
         if others is None:
             return None
