@@ -99,12 +99,15 @@ def test_injection_equals_prefilled_kv_bitwise(runtime: EngineHarness) -> None:
     assert "Biscuit" in injected.text
 
 
+@pytest.mark.parametrize("hinted", ["facts", "preamble-and-facts"])
 def test_injection_after_its_prefetch_hint_equals_prefilled_kv_bitwise(
-    runtime: EngineHarness,
+    runtime: EngineHarness, hinted: str
 ) -> None:
-    """The facts hinted first, as the API hints them at retrieval (the preamble is not named):
-    on CUDA the worker pins them ahead of the load (``connector/ahead.py``), which takes those
-    pins and pins only the preamble itself; the answer is the prefix-cache reuse's, bit for bit."""
+    """The request's facts hinted first, as the API hints them at retrieval: on CUDA the worker
+    pins them ahead of the load (``connector/ahead.py``). A hint of the facts alone (as the API
+    sent it before b603c7a) leaves the load to pin the preamble and plan in full; one naming
+    the preamble too (as it sends it now) gives the load every pin and its plan as one run
+    (``connector/plan.py``). Either way the answer is the prefix-cache reuse's, bit for bit."""
     tenant, config = _tenant(), runtime.config(window=0)
     block = _aligned(runtime)
     ids, segment = _prompt(runtime, tenant, config, segment_len=block)
@@ -113,8 +116,9 @@ def test_injection_after_its_prefetch_hint_equals_prefilled_kv_bitwise(
     reused = runtime.run(tenant, ids, "prompt")
     assert reused.cached_tokens >= block
 
-    facts = [p.key_model(s.key) for s in segment.spans[1:]]
-    runtime.client.prefetch(p.KeysRequest(tenant=tenant.value, keys=facts))
+    named = segment.spans[1:] if hinted == "facts" else segment.spans
+    keys = [p.key_model(s.key) for s in named]
+    runtime.client.prefetch(p.KeysRequest(tenant=tenant.value, keys=keys))
     time.sleep(0.2)  # the hint's socket and thread: well ahead, as retrieval is
     injected = runtime.run(tenant, ids, "kv", segment)
     assert injected.cached_tokens == injected.injected_tokens == block
