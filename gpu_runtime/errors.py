@@ -36,3 +36,7 @@ class EncodingError(RuntimeErrorBase):
 class LoadPlanError(RuntimeErrorBase, ValueError):
     """A step's loads cannot be planned for this model (facts of another shape, or a position
     change beyond the RoPE table)."""
+
+
+class ShortFactError(LoadPlanError):
+    """A load reads past its stored fact's end (the PyTorch path then has vLLM recompute)."""

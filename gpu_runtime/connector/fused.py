@@ -26,6 +26,7 @@ from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.connector.plan import TokenTemplate, plan_tables
+from gpu_runtime.errors import ShortFactError
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
 from gpu_runtime.pool.arena import PinnedFacts
@@ -165,6 +166,9 @@ class FusedLoader:
         try:
             with timing.section("load_plan"):
                 plan = self._plan(loads, pinned, templates)
+        except ShortFactError:  # stored shorter than claimed: the PyTorch path reports it
+            self._unpin(pins)  # and has vLLM recompute, as for a fact gone
+            return False
         except Exception:
             self._unpin(pins)
             raise

@@ -28,7 +28,7 @@ import numpy as np
 
 from gpu_runtime.connector import timing
 from gpu_runtime.connector.metadata import LoadRequest
-from gpu_runtime.errors import LoadPlanError
+from gpu_runtime.errors import LoadPlanError, ShortFactError
 
 if TYPE_CHECKING:
     from gpu_runtime.pool.arena import PinnedFacts
@@ -126,7 +126,7 @@ def _token_rows(load: LoadRequest, found: PinnedFacts, first_fact: int) -> np.nd
     if total != load.end - load.start:
         raise LoadPlanError("load pieces do not cover the claimed slots")
     if (src + count > found.n_tokens[fact]).any():
-        raise LoadPlanError(f"a piece of {load.req_id} reads past its fact's end")
+        raise ShortFactError(f"a piece of {load.req_id} reads past its fact's end")
     piece = np.repeat(np.arange(len(count)), count)  # [n] piece of each token
     local = src[piece] + np.arange(total) - (np.cumsum(count) - count)[piece]  # [n] in its fact
     stored = found.positions[found.position_rows[fact][piece] + local]  # [n] captured at
@@ -153,7 +153,7 @@ def rows_from_template(
         if (
             starts[j] + piece.src_offset != t  # not where the last piece ended
             or piece.position - t != shift  # not where the last piece's tokens ended
-            or t + piece.n > starts[j + 1]  # past its fact's end
+            or t + piece.n > starts[j + 1]  # past its fact's end (the full plan says so)
             or piece.key != keys[j]
         ):
             return None

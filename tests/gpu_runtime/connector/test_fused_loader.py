@@ -238,3 +238,24 @@ def test_smollm2s_rows_take_the_fused_path_once_slabs_hold_them_whole(tmp_path: 
         root = tmp_path / str(budget.slab_bytes)
         pool = TieredKVPool.create(root, budget.gpu_bytes, budget.host_bytes, budget.slab_bytes)
         assert (worker(pool, rot, heads, head, fused=True).fused is not None) is fused
+
+
+def test_a_fact_shorter_than_its_load_is_recomputed_not_read_past(tmp_path: Path) -> None:
+    """A piece past its stored fact's end would read other slabs (another fact's, another
+    tenant's): the fused loader leaves such a load to the PyTorch path, which has vLLM
+    recompute from that fact on."""
+    heads, head = 2, 16
+    slab = heads * head * 2 * 4
+    pool = TieredKVPool.create(tmp_path, 16 * slab, 16 * slab, slab)
+    rot = RopeRotator(table(64, head), head, head, True)
+    short, other = FactKey.for_fact(T, "short", 1, CFG), FactKey.for_fact(T, "other", 1, CFG)
+    pool.put(T, short, fact(0, 3, heads, head, at=0))
+    pool.put(T, other, fact(1, 8, heads, head, at=0))
+    half = worker(pool, rot, heads, head, True)
+    assert half.fused is not None
+    pieces = (LoadPiece(short, 0, 5, position=0),)  # 5 claimed, 3 stored
+    load = LoadRequest("r", T, pieces, (0, 1), BLOCK, 0, 5)
+    assert half.fused.start([load]) is False
+    assert pool.stats(T)["pinned"] == 0
+    half.start_load(InjectionMetadata(loads=[load]))
+    assert half._report.failed_loads == {"r": 0}  # recomputed from the short fact's block
