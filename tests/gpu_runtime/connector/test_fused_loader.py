@@ -155,13 +155,18 @@ def test_a_kernel_that_cannot_compile_leaves_the_pytorch_path(
     assert worker(pool, rot, heads, head, True).fused is None
 
 
+def small_pool(tmp_path: Path, heads: int, head: int) -> tuple[TieredKVPool, RopeRotator]:
+    """16 slabs a tier of 4 token rows each, and a rotator over 64 positions."""
+    slab = heads * head * 2 * 4
+    pool = TieredKVPool.create(tmp_path, 16 * slab, 16 * slab, slab)
+    return pool, RopeRotator(table(64, head), head, head, True)
+
+
 def test_a_gone_fact_fails_only_its_request_and_reports_its_blocks(tmp_path: Path) -> None:
     """The PyTorch path writes the pieces before the gone fact, reports the blocks from the gone
     fact's block on (vLLM recomputes them) and tells the scheduler half the fact is gone."""
     heads, head = 2, 16
-    slab = heads * head * 2 * 4
-    pool = TieredKVPool.create(tmp_path, 16 * slab, 16 * slab, slab)
-    rot = RopeRotator(table(64, head), head, head, True)
+    pool, rot = small_pool(tmp_path, heads, head)
     here, gone = FactKey.for_fact(T, "here", 1, CFG), FactKey.for_fact(T, "gone", 1, CFG)
     pool.put(T, here, fact(1, 5, heads, head, at=0))
     half = worker(pool, rot, heads, head, False)
@@ -245,9 +250,7 @@ def test_a_fact_shorter_than_its_load_is_recomputed_not_read_past(tmp_path: Path
     tenant's): the fused loader leaves such a load to the PyTorch path, which has vLLM
     recompute from that fact on."""
     heads, head = 2, 16
-    slab = heads * head * 2 * 4
-    pool = TieredKVPool.create(tmp_path, 16 * slab, 16 * slab, slab)
-    rot = RopeRotator(table(64, head), head, head, True)
+    pool, rot = small_pool(tmp_path, heads, head)
     short, other = FactKey.for_fact(T, "short", 1, CFG), FactKey.for_fact(T, "other", 1, CFG)
     pool.put(T, short, fact(0, 3, heads, head, at=0))
     pool.put(T, other, fact(1, 8, heads, head, at=0))
