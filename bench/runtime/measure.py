@@ -46,7 +46,9 @@ def request_for(
         tenant=w.tenant.value, token_ids=ids, mode="kv" if kv else "prompt",
         segment=segment, sampling=sampling,
     )  # fmt: skip
-    hint = w.keys_request([s.key for s in spans]) if kv else None
+    # As the API: a hint only when facts are injected (the preamble alone runs as prompt mode,
+    # and a hint naming it would only pin it for nothing, beside the request).
+    hint = w.keys_request([s.key for s in spans]) if kv and len(spans) > 1 else None
     return request, hint
 
 
