@@ -29,13 +29,12 @@ import numpy as np
 from gpu_runtime.connector import timing
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.errors import LoadPlanError, ShortFactError
+from gpu_runtime.kernels import FACT_FIELDS as FACT_FIELDS  # the layout the kernel reads
+from gpu_runtime.kernels import TOKEN_FIELDS as TOKEN_FIELDS
 
 if TYPE_CHECKING:
     from gpu_runtime.pool.arena import PinnedFacts
     from gpu_runtime.types import FactKey
-
-TOKEN_FIELDS = 4  # per loaded token: fact row, token within the fact, position change, slot
-FACT_FIELDS = 3  # per fact: arena, stored tokens, first row in the slab table
 
 
 @dataclass(frozen=True)

@@ -28,15 +28,15 @@ from typing import Any
 
 import torch
 
+from gpu_runtime.kernels import FACT_FIELDS as FACT_FIELDS  # the tables' layout, shared
+from gpu_runtime.kernels import TOKEN_FIELDS as TOKEN_FIELDS  # with connector/plan.py
+
 try:  # Triton ships with CUDA PyTorch (and with xgrammar on CPU); without it the slow path runs
     import triton
     import triton.language as tl
     from triton.runtime.interpreter import InterpretedFunction
 except ImportError:  # pragma: no cover - exercised only on installs without Triton
     triton = None
-
-TOKEN_FIELDS = 4  # per loaded token: fact index, token index within the fact, delta, slot
-FACT_FIELDS = 3  # per fact: tier (arena index), stored tokens, first row in the slab table
 
 
 def available() -> bool:
