@@ -24,7 +24,7 @@ from typing import Any
 
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.connector.hints import HintSender
-from gpu_runtime.connector.wire import WIRE_KEY, encode_params
+from gpu_runtime.connector.wire import WIRE_KEY, encode_params, segment_params
 from gpu_runtime.engine import connector_options, refusal_errors, sampling_params, start_engine
 from gpu_runtime.errors import EngineError, InvalidRequestError, PromptTooLongError
 from gpu_runtime.fairness import FairGate
@@ -88,6 +88,11 @@ class InjectionRuntime:
     def dead(self) -> bool:
         return bool(getattr(self.engine, "errored", False))
 
+    @property
+    def fact_keys(self) -> FactKeys:
+        """This runtime's keys (for its encoding model), each built once."""
+        return self._keys
+
     def key(self, tenant: TenantId, fact_id: str, version: int, window: int, enc: int) -> FactKey:
         """A key of ``tenant`` for this runtime's model (clients never name the model)."""
         return self._keys.get(tenant, fact_id, version, window, enc)
@@ -124,7 +129,7 @@ class InjectionRuntime:
             segment = request.segment
             assert segment is not None  # (checked above)
             await self._ensure_preamble(tenant, request.token_ids, segment)
-            params = encode_params(tenant, segment.config, inject=segment.spans)
+            params = segment_params(segment)
             # Blocks hold injected and computed positions: their layout is part of the salt.
             purpose = f"{segment.config.fingerprint()}|spans={segment.layout_digest()}"
             salt = self._salt(tenant, purpose, sampling.prefix_cache)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -147,6 +148,23 @@ class FactKeys:
         return key
 
 
+_PROCESS_KEYS: dict[str, FactKeys] = {}
+
+
+def process_keys(model: str) -> FactKeys:
+    """This process's keys for ``model``, shared by whatever decodes keys off a wire in it (the
+    engine core's transfer parameters, the worker's prefetch hints). One object per key: sets
+    and dicts of keys then compare them by identity, not through ``FactKey.__eq__`` (a hint's
+    pinning is found again by the set of its keys, per fact of every load)."""
+    keys = _PROCESS_KEYS.get(model)
+    return keys if keys is not None else _PROCESS_KEYS.setdefault(model, FactKeys(model))
+
+
+# A span as the wire carries it (the runtime's protocol from revision 7, and the engine core's
+# transfer parameters): fact_id, fact_version, window, encoding_version, start, n_tokens.
+SpanRow = tuple[str, int, int, int, int, int]
+
+
 class Span(NamedTuple):
     """``n_tokens`` tokens of ``key`` placed at prompt positions ``[start, start + n_tokens)``.
     A named tuple: the engine core decodes one per fact of every request (a frozen dataclass's
@@ -168,6 +186,36 @@ class MemorySegment:
     tenant: TenantId
     config: EncodingConfig
     spans: tuple[Span, ...] = field(default_factory=tuple)
+    # The spans as the request named them (``from_rows``), sent on to the engine core as they
+    # are (``wire.segment_params``); ``None`` when built from spans.
+    rows: Sequence[SpanRow] | None = field(default=None, init=False, compare=False, repr=False)
+
+    @classmethod
+    def from_rows(
+        cls, tenant: TenantId, config: EncodingConfig, rows: Sequence[SpanRow], keys: FactKeys
+    ) -> MemorySegment:
+        """The segment a generate request names, its keys from ``keys`` (the runtime's, for
+        ``config``'s model). It keeps ``rows``: the engine core reads the same rows, so the
+        runtime need not rebuild them from the keys (per fact of every kv request)."""
+        if keys.model != config.model:
+            raise ValueError(f"keys for {keys.model!r} in a segment for {config.model!r}")
+        get = keys.get
+        spans = tuple(Span(get(tenant, f, fv, w, v), at, n) for f, fv, w, v, at, n in rows)
+        segment = cls(tenant, config, spans)
+        object.__setattr__(segment, "rows", rows)
+        return segment
+
+    @classmethod
+    def trusted(
+        cls, tenant: TenantId, config: EncodingConfig, spans: tuple[Span, ...]
+    ) -> MemorySegment:
+        """Without the checks: for spans already validated in this form (the engine core's
+        decoding of what the runtime validated and wrote, once per kv request)."""
+        segment = object.__new__(cls)
+        for name, value in (("tenant", tenant), ("config", config), ("spans", spans)):
+            object.__setattr__(segment, name, value)
+        object.__setattr__(segment, "rows", None)
+        return segment
 
     def __post_init__(self) -> None:
         previous_end = 0

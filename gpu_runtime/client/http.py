@@ -199,11 +199,18 @@ class RuntimeClient:
             return None
         return tokenizer.stream(request.token_ids)
 
+    def _for_runtime(self, request: p.GenerateRequest) -> p.GenerateRequest:
+        """``request`` in a form the runtime accepts: a segment's rows (revision 7) go as spans
+        to an earlier runtime, or to one whose revision this client has not read yet."""
+        model = self._model
+        return p.for_revision(request, model.protocol_revision if model is not None else 1)
+
     # ---- calls ---------------------------------------------------------------------------
     def generate(self, request: p.GenerateRequest) -> Iterator[p.GenerateEvent]:
         """The events of one generation; raises ``RuntimeStreamError`` if it ends badly once
         the runtime has answered, and ``RuntimeUnavailableError`` if it never answered."""
         answered = False
+        request = self._for_runtime(request)
         try:
             with self._http.stream(
                 "POST", "/v1/generate", content=p.wire(request),
@@ -224,6 +231,7 @@ class RuntimeClient:
         """As ``generate``; the text is decoded here where the runtime can leave it to us."""
         url = f"{self.base_url}/v1/generate"
         answered = False
+        request = self._for_runtime(request)
         text = self._text_stream(request)
         if text is not None:
             sampling = request.sampling.model_copy(update={"detokenize": False})

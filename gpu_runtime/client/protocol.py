@@ -42,6 +42,13 @@ client of an older revision is still served):
 * 6: ``SamplingModel.detokenize``: ``false`` streams token ids only (``text`` empty) and the
   client decodes them (``TextTokenizer.stream``, as vLLM would); not with stop strings or stop
   token ids, whose matching needs the runtime's own text.
+* 7: ``SegmentModel.rows``: the segment's spans as rows ``[fact_id, fact_version, window,
+  encoding_version, start, n_tokens]`` instead of ``spans``' objects (one or the other). The
+  engine core reads the same rows, so the runtime passes them on as they are: per fact of every
+  kv request, validating 50 span objects, building their keys and writing the rows again took
+  ~0.3 ms of the runtime's loop (cold caches, the CPU box; ``bench.runtime.hook_cost``'s
+  ``front`` paths). ``segment_model`` writes rows; a client sends ``spans`` to a runtime of an
+  earlier revision (``for_revision``).
 
 Errors: ``{"error": {"code", "message"}}`` with 400 (``prompt_too_long``, ``invalid_request``),
 401 (``unauthorized``), 422 (``invalid_request``), 503 (``not_ready``, ``engine_dead``).
@@ -53,13 +60,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from gpu_runtime.types import FactKey, MemorySegment, Span
+from gpu_runtime.types import FactKey, MemorySegment, Span, SpanRow
 
 API_VERSION = "v1"
-PROTOCOL_REVISION = 6  # see the module docstring: what each revision added
+PROTOCOL_REVISION = 7  # see the module docstring: what each revision added
 RUNTIME_ID_HEADER = "X-InferScale-Runtime"  # changes on every start: clients refresh ModelInfo
 
 TenantField = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+FactIdField = Annotated[str, StringConstraints(min_length=1, max_length=200)]
+NonNegative = Annotated[int, Field(ge=0)]
+Positive = Annotated[int, Field(ge=1)]
 TokenIds = Annotated[list[Annotated[int, Field(ge=0)]], Field(max_length=1 << 20)]
 
 
@@ -79,7 +89,7 @@ class KeyModel(_Body):
     """A fact key without its tenant and model (the request states the tenant; the model is
     the runtime's)."""
 
-    fact_id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
+    fact_id: FactIdField
     fact_version: int = Field(ge=0)
     window: int = Field(ge=0)
     encoding_version: int = Field(ge=1)
@@ -90,12 +100,45 @@ class SpanModel(KeyModel):
     n_tokens: int = Field(ge=1)
 
 
+# fact_id, fact_version, window, encoding_version, start, n_tokens (``types.SpanRow``)
+SpanRowModel = tuple[FactIdField, NonNegative, NonNegative, Positive, NonNegative, Positive]
+
+
 class SegmentModel(_Body):
-    """The memory segment: ordered, disjoint spans, the first the preamble."""
+    """The memory segment: ordered, disjoint spans, the first the preamble; as ``spans`` or, from
+    revision 7, as ``rows`` (the same spans as rows, which the runtime passes on to the engine
+    core as they are)."""
 
     window: int = Field(ge=0)
     version: int = Field(ge=1)
     spans: list[SpanModel] = Field(default_factory=list, max_length=4096)
+    rows: list[SpanRowModel] = Field(default_factory=list, max_length=4096)  # revision 7
+
+    @model_validator(mode="after")
+    def _one_form(self) -> SegmentModel:
+        if self.spans and self.rows:
+            raise ValueError("give the segment's 'spans' or its 'rows', not both")
+        return self
+
+    def span_rows(self) -> list[SpanRow]:
+        """The spans as rows, whichever form they came in."""
+        if self.rows or not self.spans:
+            return self.rows
+        return [
+            (s.fact_id, s.fact_version, s.window, s.encoding_version, s.start, s.n_tokens)
+            for s in self.spans
+        ]
+
+    def with_spans(self) -> SegmentModel:
+        """The same segment as ``spans`` (for a runtime of a revision before 7)."""
+        if not self.rows:
+            return self
+        spans = [
+            SpanModel(fact_id=f, fact_version=fv, window=w, encoding_version=v, start=at,
+                      n_tokens=n)
+            for f, fv, w, v, at, n in self.rows
+        ]  # fmt: skip
+        return SegmentModel(window=self.window, version=self.version, spans=spans)
 
 
 class StructuredModel(_Body):
@@ -326,8 +369,20 @@ def span_model(span: Span) -> SpanModel:
 
 
 def segment_model(segment: MemorySegment) -> SegmentModel:
-    return SegmentModel(
-        window=segment.config.window,
-        version=segment.config.version,
-        spans=[span_model(span) for span in segment.spans],
-    )
+    """The segment as rows (revision 7; ``for_revision`` turns them into spans for an earlier
+    runtime)."""
+    rows = [
+        (s.key.fact_id, s.key.fact_version, s.key.window, s.key.encoding_version, s.start,
+         s.n_tokens)
+        for s in segment.spans
+    ]  # fmt: skip
+    return SegmentModel(window=segment.config.window, version=segment.config.version, rows=rows)
+
+
+def for_revision(request: GenerateRequest, revision: int) -> GenerateRequest:
+    """``request`` as a runtime of protocol ``revision`` accepts it: its segment's rows as
+    spans before revision 7."""
+    segment = request.segment
+    if revision >= 7 or segment is None or not segment.rows:
+        return request
+    return request.model_copy(update={"segment": segment.with_spans()})

@@ -8,10 +8,11 @@ arrives, and the runtime's PUSH never waits: a hint that cannot be queued is dro
 
 Messages are JSON: ``{"tenant": str, "model": str, "rows": [[fact_id, fact_version, window,
 encoding_version], ...]}``, one per model among a hint's keys: the tenant and model stated once,
-as in a request's transfer parameters (``wire.py``). The listener builds the keys through a
-per-model ``FactKeys`` cache of its own. On the engine core's host the listener's thread shares
-the GIL with the scheduler half and the worker, and a hint arrives with its request: building
-50 keys from dicts there (~0.2 ms) competed with that request's own claim. Torch-free, vLLM-free.
+as in a request's transfer parameters (``wire.py``). The listener builds the keys through the
+process's ``FactKeys`` (``types.process_keys``), which the engine core's decoding shares. On
+the engine core's host the listener's thread shares the GIL with the scheduler half and the
+worker, and a hint arrives with its request: building 50 keys from dicts there (~0.2 ms)
+competed with that request's own claim. Torch-free, vLLM-free.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 
 import zmq
 
-from gpu_runtime.types import FactKey, FactKeys, TenantId
+from gpu_runtime.types import FactKey, TenantId, process_keys
 
 logger = logging.getLogger(__name__)
 Apply = Callable[[TenantId, list[FactKey]], None]  # (tenant, its keys) -> None
@@ -46,16 +47,14 @@ def hint_messages(tenant: TenantId, keys: Sequence[FactKey]) -> list[bytes]:
 
 
 class HintDecoder:
-    """Messages back into keys, each built once per model (``FactKeys``)."""
-
-    def __init__(self) -> None:
-        self._keys: dict[str, FactKeys] = {}
+    """Messages back into keys: the process's own (``types.process_keys``), the same objects
+    as the engine core's decoding of the request builds, so the load finds its hint's pinning
+    by identity."""
 
     def __call__(self, message: bytes) -> tuple[TenantId, list[FactKey]]:
         body = json.loads(message)
         tenant, model = TenantId(str(body["tenant"])), str(body["model"])
-        keys = self._keys.get(model) or self._keys.setdefault(model, FactKeys(model))
-        get = keys.get
+        get = process_keys(model).get
         # As ``hint_messages`` wrote them (JSON keeps str and int); anything else is refused.
         return tenant, [
             get(tenant, str(f), int(fv), int(w), int(v)) for f, fv, w, v in body["rows"]

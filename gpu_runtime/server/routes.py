@@ -50,9 +50,9 @@ def _span(runtime: InjectionRuntime, tenant: TenantId, s: p.SpanModel) -> Span:
     return Span(_key(runtime, tenant, s), s.start, s.n_tokens)
 
 
-def _segment(runtime: InjectionRuntime, tenant: TenantId, seg: p.SegmentModel) -> MemorySegment:
+def segment_of(runtime: InjectionRuntime, tenant: TenantId, seg: p.SegmentModel) -> MemorySegment:
     config = EncodingConfig(runtime.encoding_model, seg.window, seg.version)
-    return MemorySegment(tenant, config, tuple(_span(runtime, tenant, s) for s in seg.spans))
+    return MemorySegment.from_rows(tenant, config, seg.span_rows(), runtime.fact_keys)
 
 
 # ---- probes (no token: orchestrators call them) ------------------------------------------
@@ -135,7 +135,7 @@ async def tokenizer(state: StateDep) -> Response:
 @api.post("/generate")
 async def generate(body: GenerateBody, runtime: RuntimeDep) -> StreamingResponse:
     tenant = TenantId(body.tenant)
-    segment = _segment(runtime, tenant, body.segment) if body.segment is not None else None
+    segment = segment_of(runtime, tenant, body.segment) if body.segment is not None else None
     s = body.sampling
     sampling = Sampling(
         s.max_tokens, s.temperature, s.top_p, s.seed, s.logprobs, tuple(s.stop),
