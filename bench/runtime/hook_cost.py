@@ -11,7 +11,8 @@ core runs them (issue 29's profile): decoding the request's wire parameters
 the facts in the tiered pool (``TieredKVPool.acquire`` and ``release``), finding what the
 prefetch hint pinned ahead (``take``, ``take_distinct``), and planning the fused loader's tables
 for them (``plan.plan_tables``: in full, ``plan``, and completing the run the prefetch hint
-planned ahead, ``plan_ahead``). Each is timed back to back (warm: the same objects stay in the
+planned ahead, ``plan_ahead``; the kernel's run mode, which takes that run's rows as they are,
+``plan_run``). Each is timed back to back (warm: the same objects stay in the
 CPU's caches) and after evicting the caches (cold: a 64 MiB array summed and 300,000 Python
 objects walked first), which is how the engine core meets them: once per request, after a
 forward's worth of other work. On the H100 host of run 14 the hooks inside vLLM took about 4x
@@ -39,7 +40,7 @@ from gpu_runtime.connector.ahead import PinnedAhead, Taken
 from gpu_runtime.connector.catalog import FactCatalog
 from gpu_runtime.connector.hints import HintDecoder, hint_messages
 from gpu_runtime.connector.metadata import LoadPiece, LoadRequest
-from gpu_runtime.connector.plan import plan_tables, rows_from_template, token_template
+from gpu_runtime.connector.plan import plan_run, plan_tables, rows_from_template, token_template
 from gpu_runtime.connector.scheduler import SchedulerHalf
 from gpu_runtime.connector.wire import decode_params, encode_params, segment_params
 from gpu_runtime.pool.tensors import TieredKVPool
@@ -139,8 +140,11 @@ def measure(k: int, repeats: int) -> dict[str, Any]:
         blocks = tuple(range(prompt_len // BLOCK + 1))
         load = LoadRequest("bench", TENANT, pieces, blocks, BLOCK, 0, k * TOKENS)
         ahead = token_template(pinned)  # as the prefetch hint's thread makes it
-        if rows_from_template(load, ahead, 0) is None:
-            raise RuntimeError("the load is not the run its template plans")
+        if (
+            rows_from_template(load, ahead, 0) is None
+            or plan_run(load, pinned, ahead, shape[0], 1 << 20) is None
+        ):
+            raise RuntimeError("the load is not the run its template plans")  # fmt: skip
 
         def pin() -> None:
             if pool.acquire(TENANT, keys) is None:
@@ -154,6 +158,7 @@ def measure(k: int, repeats: int) -> dict[str, Any]:
             "acquire_release": pin,
             "plan": lambda: plan_tables([load], [pinned], [None], shape[0], 1 << 20),
             "plan_ahead": lambda: plan_tables([load], [pinned], [ahead], shape[0], 1 << 20),
+            "plan_run": lambda: plan_run(load, pinned, ahead, shape[0], 1 << 20),
         }
         assert params is not None and params.inject is not None
         setups = take_paths(pool, [span.key for span in params.inject.spans], paths)

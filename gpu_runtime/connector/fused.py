@@ -2,7 +2,10 @@
 
 For every step with loads, the facts are pinned where they sit (``TieredKVPool.acquire``), one
 small int64 plan is uploaded (per token: fact, token in fact, position change, cache slot; per
-fact: arena, length, slab-table row) and ``kernels.inject`` does the rest:
+fact: arena, length, slab-table row) and ``kernels.inject`` does the rest. A step whose one load
+is a run of the facts its prefetch hint pinned (the usual kv request) uploads that run's rows as
+the hint's thread planned them, with the request's blocks, and the kernel's run mode shifts and
+places each token itself (``plan.plan_run``): no per-token work on the engine core's thread.
 
 * all facts on the GPU tier: one launch for every layer, on the compute stream;
 * any fact on the host tier: one launch per layer on a side stream, a few layers ahead of the
@@ -25,7 +28,7 @@ from gpu_runtime.connector import timing
 from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
-from gpu_runtime.connector.plan import TokenTemplate, plan_tables
+from gpu_runtime.connector.plan import TokenTemplate, plan_run, plan_tables
 from gpu_runtime.errors import ShortFactError
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
@@ -41,6 +44,7 @@ LOOKAHEAD_LAYERS = 3  # host-tier loads launched this many layers ahead of the f
 class _Step:
     pins: list[tuple[TenantId, list[FactKey]]]
     plan: tuple[torch.Tensor, torch.Tensor, torch.Tensor]  # tokens, facts, slab table on device
+    run: inject.RunPlacement | None  # the kernel's run mode: ``tokens`` are a template's rows
     layerwise: bool
     launched: int = 0  # layers launched so far
     events: list[torch.cuda.Event] = field(default_factory=list)
@@ -135,6 +139,8 @@ class FusedLoader:
         tables = (self._arenas, layers, self._cos_sin, self._cache_scales)
         inject.launch(shape, tokens, facts, slabs, *tables, 0, g.n_layers)
         inject.launch(shape, tokens, facts, slabs, *tables, 1, 1)
+        run = inject.RunPlacement(ints([0, 0]), 0, 0, 0)  # position 0: block 0, slot 0
+        inject.launch(shape, tokens, facts, slabs, *tables, 0, g.n_layers, run)
         if self._cuda:
             torch.cuda.synchronize(self.device)
 
@@ -165,7 +171,7 @@ class FusedLoader:
             return False
         try:
             with timing.section("load_plan"):
-                plan = self._plan(loads, pinned, templates)
+                plan, run = self._plan(loads, pinned, templates)
         except ShortFactError:  # stored shorter than claimed: the PyTorch path reports it
             self._unpin(pins)  # and has vLLM recompute, as for a fact gone
             return False
@@ -173,7 +179,7 @@ class FusedLoader:
             self._unpin(pins)
             raise
         on_host = any(found.on_host for found in pinned)
-        step = _Step(pins, plan, layerwise=self._cuda and on_host and layerwise)
+        step = _Step(pins, plan, run, layerwise=self._cuda and on_host and layerwise)
         self._step = step
         with timing.section("load_ready"):
             for event in (event for found in pinned for event in found.ready):
@@ -251,7 +257,7 @@ class FusedLoader:
         tokens, facts, slab_table = step.plan
         inject.launch(
             self.shape, tokens, facts, slab_table, self._arenas, self._layers, self._cos_sin,
-            self._cache_scales, start, count,
+            self._cache_scales, start, count, step.run,
         )  # fmt: skip
 
     def _finish(self, step: _Step) -> None:
@@ -285,18 +291,31 @@ class FusedLoader:
         loads: list[LoadRequest],
         pinned: list[PinnedFacts],
         templates: list[TokenTemplate | None],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The step's int64 tables (``plan.plan_tables``), on the device."""
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], inject.RunPlacement | None]:
+        """The step's int64 tables on the device, and where the kernel places them in its run
+        mode. A step of one load that is a run of its hint's template uploads the template's
+        rows as they are (``plan.plan_run``); any other is planned per token
+        (``plan.plan_tables``)."""
+        if len(loads) == 1 and templates[0] is not None:
+            with timing.section("load_plan_ahead"):
+                run = plan_run(
+                    loads[0], pinned[0], templates[0], self.shape.n_layers, self._max_position
+                )
+            if run is not None:
+                with timing.section("load_upload"):
+                    packed, offsets = self._upload([run.tokens.ravel(), run.facts.ravel(),
+                                                    run.slabs, run.blocks])  # fmt: skip
+                tables = _tables(packed, offsets, (run.tokens.size, run.facts.size,
+                                                   run.slabs.size))  # fmt: skip
+                at = offsets[3]
+                blocks = packed[at : at + run.blocks.size]
+                return tables, inject.RunPlacement(blocks, run.shift, run.start, run.first_block)
         tokens, facts, slabs = plan_tables(
             loads, pinned, templates, self.shape.n_layers, self._max_position
         )  # [n, TOKEN_FIELDS], [F, FACT_FIELDS], [S]
         with timing.section("load_upload"):
             packed, offsets = self._upload([tokens.ravel(), facts.ravel(), slabs])
-        return (
-            packed[offsets[0] : offsets[0] + tokens.size].view(-1, inject.TOKEN_FIELDS),
-            packed[offsets[1] : offsets[1] + facts.size].view(-1, inject.FACT_FIELDS),
-            packed[offsets[2] : offsets[2] + slabs.size],
-        )
+        return _tables(packed, offsets, (tokens.size, facts.size, slabs.size)), None
 
     def _upload(self, parts: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
         """``parts`` (int64) in one device tensor, each starting 16-byte aligned: Triton
@@ -322,3 +341,15 @@ class FusedLoader:
         packed = torch.empty(total, dtype=torch.int64, device=self.device)
         packed.copy_(self._staging[:total], non_blocking=True)
         return packed, offsets
+
+
+def _tables(
+    packed: torch.Tensor, offsets: list[int], sizes: tuple[int, int, int]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The kernel's token, fact and slab tables: views of one uploaded tensor."""
+    (t, f, s), (nt, nf, ns) = offsets[:3], sizes
+    return (
+        packed[t : t + nt].view(-1, inject.TOKEN_FIELDS),
+        packed[f : f + nf].view(-1, inject.FACT_FIELDS),
+        packed[s : s + ns],
+    )

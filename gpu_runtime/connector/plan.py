@@ -47,6 +47,24 @@ class TokenTemplate:
     starts: tuple[int, ...]  # [F + 1] where each fact's tokens start in the run; then its end
     rows: np.ndarray  # [N, TOKEN_FIELDS]: fact row, token in the fact, t - captured position, 0
     facts: np.ndarray  # [F, FACT_FIELDS]: the fact table, its slab rows from 0
+    deltas: tuple[int, int]  # the least and the greatest of ``rows[:, 2]``
+
+
+@dataclass(frozen=True)
+class RunTables:
+    """One load that is a run of its hint's template, for the kernel's run mode: the template's
+    rows as they are (a view: no per-token work on the host), which the kernel shifts and places
+    itself. Token ``t`` of the load reads ``tokens[t]``, its key is rotated by ``tokens[t, 2] +
+    shift`` and it goes to prompt position ``start + t``, whose cache slot the kernel reads off
+    ``blocks`` (the request's block ids from ``first_block`` on)."""
+
+    tokens: np.ndarray  # [n, TOKEN_FIELDS] the template's rows for the load's tokens (a view)
+    facts: np.ndarray  # [F, FACT_FIELDS]
+    slabs: np.ndarray  # [S]
+    blocks: np.ndarray  # [B] int64: the blocks the load's positions lie in
+    shift: int  # prompt position - run index (plus a test's rotation fault), every token
+    start: int  # the load's first prompt position
+    first_block: int  # start // block_size
 
 
 def token_template(found: PinnedFacts) -> TokenTemplate:
@@ -60,12 +78,47 @@ def token_template(found: PinnedFacts) -> TokenTemplate:
     rows[:, 0] = fact
     rows[:, 1] = run - first[fact]
     rows[:, 2] = run - found.positions[found.position_rows[fact] + rows[:, 1]]
+    deltas = (int(rows[:, 2].min()), int(rows[:, 2].max())) if total else (0, 0)
     return TokenTemplate(
         keys=found.keys,
         index={key: i for i, key in enumerate(found.keys)},
         starts=(*first.tolist(), total),
         rows=rows,
         facts=_fact_rows(found, 0),
+        deltas=deltas,
+    )
+
+
+def plan_run(
+    load: LoadRequest,
+    found: PinnedFacts,
+    template: TokenTemplate,
+    n_layers: int,
+    max_position: int,
+) -> RunTables | None:
+    """The kernel's run mode for a step's one load, when it is a run of ``template`` (made
+    ahead from ``found``, its facts pinned); ``None`` when it is not, or when anything would
+    need the full plan's checks (which then say what is wrong)."""
+    if found.n_layers != {n_layers}:
+        return None
+    placed = _place(load, template)
+    if placed is None:
+        return None
+    begin, shift = placed
+    low, high = template.deltas
+    if max(high + shift, -(low + shift)) >= max_position:
+        return None
+    first_block, last_block = load.start // load.block_size, (load.end - 1) // load.block_size
+    if last_block >= len(load.block_ids):
+        return None
+    return RunTables(
+        tokens=template.rows[begin : begin + load.end - load.start],
+        facts=template.facts,
+        slabs=found.slabs,
+        blocks=np.array(load.block_ids[first_block : last_block + 1], dtype=np.int64),
+        shift=shift,
+        start=load.start,
+        first_block=first_block,
     )
 
 
@@ -142,6 +195,21 @@ def rows_from_template(
 ) -> np.ndarray | None:
     """[n, TOKEN_FIELDS] for a load whose pieces are one run of ``template``'s tokens at
     consecutive positions; ``None`` if they are not."""
+    placed = _place(load, template)
+    if placed is None:
+        return None
+    begin, shift = placed
+    rows = template.rows[begin : begin + load.end - load.start].copy()  # [n, TOKEN_FIELDS]
+    rows[:, 2] += shift
+    if first_fact:
+        rows[:, 0] += first_fact
+    rows[:, 3] = load.slots()
+    return rows
+
+
+def _place(load: LoadRequest, template: TokenTemplate) -> tuple[int, int] | None:
+    """Where a load lies in ``template``'s run, if its pieces are one run of it at consecutive
+    positions: its first token's index in the run, and prompt position - run index."""
     pieces, keys, starts = load.pieces, template.keys, template.starts
     j0 = template.index.get(pieces[0].key) if pieces else None
     if j0 is None or j0 + len(pieces) > len(keys):
@@ -159,12 +227,7 @@ def rows_from_template(
         t += piece.n
     if t - begin != load.end - load.start:
         return None  # the full plan says what is wrong
-    rows = template.rows[begin:t].copy()  # [n, TOKEN_FIELDS]
-    rows[:, 2] += shift
-    if first_fact:
-        rows[:, 0] += first_fact
-    rows[:, 3] = load.slots()
-    return rows
+    return begin, shift
 
 
 def _fact_rows(found: PinnedFacts, first_slab: int) -> np.ndarray:

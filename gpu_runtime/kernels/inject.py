@@ -118,8 +118,12 @@ if triton is not None:
         layers_ptr,  # int64 [L]: base address of each layer's cache tensor
         cos_sin_ptr,  # float32 [max_position, ROT]: cos then sin
         cache_scales_ptr,  # float32 [2, L]: an FP8 cache's K then V scale per layer
+        blocks_ptr,  # int64 [B] (RUN): the load's blocks, from block ``first_block`` on
         layer_start,
         n_layers,
+        shift,  # RUN: added to every token's delta
+        load_start,  # RUN: token t goes to prompt position load_start + t
+        first_block,  # RUN: the block of load_start
         stride_block,
         stride_head,
         stride_token,
@@ -141,13 +145,20 @@ if triton is not None:
         SRC: tl.constexpr,  # what stored rows are read as: SDT, or their bytes when SCALED
         SCALED: tl.constexpr,  # stored facts are FP8 with float32 scales per token and head
         CFP8: tl.constexpr,  # the cache is e4m3 at a scale per layer
+        RUN: tl.constexpr,  # tokens are a run's template rows: shift them, place them here
     ):
         token = tl.program_id(0).to(tl.int64)
         layer = layer_start + tl.program_id(1).to(tl.int64)
         fact = tl.load(tokens_ptr + token * 4)
         local = tl.load(tokens_ptr + token * 4 + 1)
         delta = tl.load(tokens_ptr + token * 4 + 2)
-        slot = tl.load(tokens_ptr + token * 4 + 3)
+        if RUN:  # (``connector/plan.py``'s ``RunTables``): no per-token table from the host
+            delta = delta + shift
+            position = load_start + token
+            block = tl.load(blocks_ptr + position // block_size - first_block)
+            slot = block * block_size + position % block_size
+        else:
+            slot = tl.load(tokens_ptr + token * 4 + 3)
         tier = tl.load(facts_ptr + fact * 3)
         stored = tl.load(facts_ptr + fact * 3 + 1)
         first_slab = tl.load(facts_ptr + fact * 3 + 2)
@@ -252,8 +263,8 @@ if triton is not None:
     _COMPILED = triton.jit(
         _inject,
         do_not_specialize=[
-            "layer_start", "n_layers", "stride_block", "stride_head", "stride_token",
-            "block_size", "slab_bytes",
+            "layer_start", "n_layers", "shift", "load_start", "first_block", "stride_block",
+            "stride_head", "stride_token", "block_size", "slab_bytes",
         ],
     )  # fmt: skip
     # The interpreter runs the kernel's Python body: its helpers must be interpreted too (a
@@ -288,7 +299,19 @@ def supported(shape: KernelShape) -> bool:
     return stored == cache
 
 
-_LAUNCHERS: dict[KernelShape, Any] = {}  # shape -> kernel compiled for aligned pointers
+@dataclass(frozen=True)
+class RunPlacement:
+    """Run mode (``connector/plan.py``'s ``RunTables``): ``tokens`` are a template's rows; the
+    kernel adds ``shift`` to each delta and writes token ``t`` at prompt position ``start + t``,
+    whose slot it reads off ``blocks`` (the block ids from ``first_block`` on)."""
+
+    blocks: torch.Tensor  # int64 [B] on the cache's device
+    shift: int
+    start: int
+    first_block: int
+
+
+_LAUNCHERS: dict[tuple[KernelShape, bool], Any] = {}  # kernels compiled for aligned pointers
 
 
 def launch(
@@ -302,19 +325,24 @@ def launch(
     cache_scales: torch.Tensor,  # float32 [2, L]: an FP8 cache's K and V scale per layer
     layer_start: int,
     layer_count: int,
+    run: RunPlacement | None = None,
 ) -> None:
     """Injects ``tokens`` into layers ``[layer_start, layer_start + layer_count)``."""
     n_tokens = int(tokens.shape[0])
     if n_tokens == 0 or layer_count == 0:
         return
     grid = (n_tokens, layer_count, 1)
-    tensors = (tokens, facts, slab_table, arenas, layers, cos_sin, cache_scales)
-    scalars = (layer_start, shape.n_layers, *shape.strides, shape.block_size, shape.slab_bytes)
-    constants = _constants(shape)
+    blocks = run.blocks if run is not None else tokens  # (read in run mode only)
+    tensors = (tokens, facts, slab_table, arenas, layers, cos_sin, cache_scales, blocks)
+    placed = (run.shift, run.start, run.first_block) if run is not None else (0, 0, 0)
+    scalars = (layer_start, shape.n_layers, *placed, *shape.strides, shape.block_size,
+               shape.slab_bytes)  # fmt: skip
+    constants = _constants(shape, run is not None)
     if tokens.device.type == "cpu":
         _INTERPRETED[grid](*tensors, *scalars, **constants)
         return
-    compiled = _LAUNCHERS.get(shape)
+    variant = (shape, run is not None)
+    compiled = _LAUNCHERS.get(variant)
     aligned = all(t.data_ptr() % 16 == 0 for t in tensors)
     if compiled is not None and aligned:
         # Straight to the compiled kernel: Triton's JIT entry re-binds and re-specialises
@@ -325,11 +353,11 @@ def launch(
     if aligned and compiled is not None:
         # Its only specialisation is the 16-byte alignment of the pointers (scalars are not
         # specialised), which is checked before every direct launch.
-        _LAUNCHERS[shape] = compiled
+        _LAUNCHERS[variant] = compiled
 
 
 @functools.cache
-def _constants(shape: KernelShape) -> dict[str, Any]:
+def _constants(shape: KernelShape, run: bool) -> dict[str, Any]:
     """The kernel's compile-time constants for a shape, worked out once (launches are per step)."""
     rest = shape.head_size - shape.rotary_dim
     cache_fp8 = shape.dtype == torch.float8_e4m3fn
@@ -343,5 +371,5 @@ def _constants(shape: KernelShape) -> dict[str, Any]:
         BF16=shape.dtype == torch.bfloat16,
         SDT=_TL_DTYPES[shape.stored_dtype],
         SRC=tl.uint8 if shape.scaled else _TL_DTYPES[shape.stored_dtype],
-        SCALED=shape.scaled, CFP8=cache_fp8,
+        SCALED=shape.scaled, CFP8=cache_fp8, RUN=run,
     )  # fmt: skip

@@ -4,6 +4,7 @@ and a load that takes them injects the very bytes it would have without the hint
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -133,10 +134,14 @@ needs_triton = pytest.mark.skipif(not inject.available(), reason="Triton is not 
 
 RUN = "run"  # the preamble from its 2nd token, then both facts whole: one run of the template
 SPLIT = "split"  # the second fact from its 2nd token: no run, planned in full
+FACTS = "facts"  # both facts whole (the preamble from vLLM's prefix cache): a run at an offset
 
 
 def _inject(
-    tmp_path: Path, hinted: str, shape: str = SPLIT
+    tmp_path: Path,
+    hinted: str,
+    shape: str = SPLIT,
+    spies: tuple[Callable[..., Any], Callable[..., Any]] | None = None,
 ) -> tuple[list[torch.Tensor], TieredKVPool, int]:
     """A load of a preamble (3 tokens) and two facts (4 and 5) through the fused loader
     (Triton's interpreter), ``hinted`` first: nothing (""), the two facts ("facts") or all three
@@ -149,40 +154,60 @@ def _inject(
     if hint:
         half.prefetch(A, hint)  # as the hint listener's thread does
         assert pool.stats(A)["pinned"] == len(hint)
+    blocks = tuple(reversed(range(BLOCKS)))  # a slot is never its position
+    pieces: tuple[LoadPiece, ...]
     if shape == RUN:
         pieces = (LoadPiece(keys[0], 1, 2, 1), LoadPiece(keys[1], 0, 4, 3),
                   LoadPiece(keys[2], 0, 5, 7))  # fmt: skip
-        load = LoadRequest("r", A, pieces, tuple(range(BLOCKS)), BLOCK, 1, 12)
+        load = LoadRequest("r", A, pieces, blocks, BLOCK, 1, 12)
+    elif shape == FACTS:
+        pieces = (LoadPiece(keys[1], 0, 4, 3), LoadPiece(keys[2], 0, 5, 7))
+        load = LoadRequest("r", A, pieces, blocks, BLOCK, 3, 12)
     else:
         pieces = (LoadPiece(keys[0], 0, 3, 0), LoadPiece(keys[1], 0, 4, 3),
                   LoadPiece(keys[2], 1, 4, 7))  # fmt: skip
-        load = LoadRequest("r", A, pieces, tuple(range(BLOCKS)), BLOCK, 0, 11)
-    half.start_load(InjectionMetadata(loads=[load]))
-    half.finish_step()
+        load = LoadRequest("r", A, pieces, blocks, BLOCK, 0, 11)
+    with pytest.MonkeyPatch.context() as patch:
+        if spies is not None:  # (after the worker's warm-up, which launches every mode)
+            patch.setattr(plan, "rows_from_template", spies[0])
+            patch.setattr(inject, "launch", spies[1])
+        half.start_load(InjectionMetadata(loads=[load]))
+        half.finish_step()
     return [half._kv[name].clone() for name in half.layers], pool, len(half.fused.ahead)
 
 
 @needs_triton
-@pytest.mark.parametrize("hinted", ["facts", "all"])
-@pytest.mark.parametrize("shape", [SPLIT, RUN])
+@pytest.mark.parametrize(
+    ("hinted", "shape", "mode"),
+    [
+        ("facts", SPLIT, "full"),  # the hint left the preamble for the load to pin: no template
+        ("facts", RUN, "full"),
+        ("all", SPLIT, "template tried"),  # a template, but the load is no run of it
+        ("all", RUN, "run"),  # the kernel's run mode, from the prompt's second position
+        ("facts", FACTS, "run"),  # the same at an offset: every delta shifted by 3
+    ],
+)
 def test_a_load_that_takes_a_hint_injects_what_it_would_without_one(
-    tmp_path: Path, hinted: str, shape: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, hinted: str, shape: str, mode: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from_template: list[bool] = []
-    complete = plan.rows_from_template
+    seen: list[str] = []
+    complete, launch = plan.rows_from_template, inject.launch
 
-    def spied(*args: Any) -> Any:
-        rows = complete(*args)
-        from_template.append(rows is not None)
-        return rows
+    def spied_rows(*args: Any) -> Any:
+        seen.append("template tried")
+        return complete(*args)
 
-    monkeypatch.setattr(plan, "rows_from_template", spied)
-    with_hint, pool, held = _inject(tmp_path / "hinted", hinted, shape)
-    # Only a hint naming every fact of the load gives it a template, and only a run uses it.
-    assert from_template == ([shape == RUN] if hinted == "all" else [])
-    from_template.clear()
-    without, _, _ = _inject(tmp_path / "plain", "", shape)
-    assert from_template == []
+    def spied_launch(*args: Any) -> None:
+        seen.append("run" if args[-1] is not None else "full")
+        launch(*args)
+
+    with_hint, pool, held = _inject(tmp_path / "hinted", hinted, shape, (spied_rows, spied_launch))
+    # Only a hint naming every fact of the load gives it a template, and only a run uses it
+    # (one launch for every layer: the facts are on the GPU tier).
+    assert seen == {"template tried": ["template tried", "full"]}.get(mode, [mode])
+    seen.clear()
+    without, _, _ = _inject(tmp_path / "plain", "", shape, (spied_rows, spied_launch))
+    assert seen == ["full"]
     assert held == 0  # the load took the hint's pins
     assert pool.stats(A)["pinned"] == 0  # and released them (with the preamble's)
     for a, b in zip(with_hint, without, strict=True):

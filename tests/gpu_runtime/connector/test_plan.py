@@ -92,19 +92,37 @@ def run_load(
     return LoadRequest(f"r{at}", T, tuple(pieces), blocks, BLOCK, at, position)
 
 
-def both_plans(
-    loads: list[LoadRequest], pinned: list[PinnedFacts]
-) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def as_the_kernel_reads(
+    run: plan.RunTables, block_size: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Run mode's tables as the kernel reads them (``kernels/inject.py``, ``RUN``), token by
+    token in plain Python: the template's rows shifted, each token's slot off the blocks."""
+    tokens = []
+    for t, (fact, local, delta, _) in enumerate(run.tokens.tolist()):
+        position = run.start + t
+        block = int(run.blocks[position // block_size - run.first_block])
+        tokens.append((fact, local, delta + run.shift, block * block_size + position % block_size))
+    return np.array(tokens, np.int64).reshape(-1, plan.TOKEN_FIELDS), run.facts, run.slabs
+
+
+def both_plans(loads: list[LoadRequest], pinned: list[PinnedFacts]) -> list[tuple[np.ndarray, ...]]:
+    """The full plan, the plan completing the template, and (one load that is a run of it)
+    the kernel's run mode."""
     templates = [plan.token_template(found) for found in pinned]
-    return [
+    plans: list[tuple[np.ndarray, ...]] = [
         plan.plan_tables(loads, pinned, [None] * len(loads), LAYERS, MAX_POSITION),
         plan.plan_tables(loads, pinned, templates, LAYERS, MAX_POSITION),
     ]
+    if len(loads) == 1:
+        run = plan.plan_run(loads[0], pinned[0], templates[0], LAYERS, MAX_POSITION)
+        if run is not None:
+            assert np.shares_memory(run.tokens, templates[0].rows)  # no per-token host work
+            plans.append(as_the_kernel_reads(run, loads[0].block_size))
+    return plans
 
 
 def assert_tables_equal(
-    got: tuple[np.ndarray, np.ndarray, np.ndarray],
-    want: tuple[np.ndarray, np.ndarray, np.ndarray],
+    got: tuple[np.ndarray, ...], want: tuple[np.ndarray, np.ndarray, np.ndarray]
 ) -> None:
     for a, b in zip(got, want, strict=True):
         assert a.dtype == np.int64 and a.shape == b.shape
@@ -128,8 +146,23 @@ def test_a_run_of_facts_is_planned_from_its_template_as_in_full(
     template = plan.token_template(found)
     assert plan.rows_from_template(load, template, 0) is not None  # the fast path is taken
     want = oracle([load], [found])
-    for got in both_plans([load], [found]):
+    plans = both_plans([load], [found])
+    assert len(plans) == 3  # and the kernel's run mode
+    for got in plans:
         assert_tables_equal(got, want)
+
+
+def test_run_mode_leaves_to_the_full_plan_what_it_cannot_check(tmp_path: Path) -> None:
+    found = pinned_facts(tmp_path, [9, 6, 11])
+    template = plan.token_template(found)
+    load = run_load(found, 0, 0, 3, at=40)
+    assert plan.plan_run(load, found, template, LAYERS, MAX_POSITION) is not None
+    # a rotation past the RoPE table (the full plan raises), another model shape, blocks short
+    assert plan.plan_run(load, found, template, LAYERS, 40) is None
+    assert plan.plan_run(load, found, template, LAYERS + 1, MAX_POSITION) is None
+    short = LoadRequest(load.req_id, T, load.pieces, load.block_ids[:-1], BLOCK, load.start,
+                        load.end)  # fmt: skip
+    assert plan.plan_run(short, found, template, LAYERS, MAX_POSITION) is None
 
 
 def test_several_loads_in_one_step_offset_their_fact_and_slab_rows(tmp_path: Path) -> None:
@@ -156,6 +189,7 @@ def test_pieces_that_are_no_run_are_planned_in_full(tmp_path: Path) -> None:
         end = sum(p.n for p in pieces)
         load = LoadRequest(name, T, pieces, tuple(range(12)), BLOCK, 0, end)
         assert plan.rows_from_template(load, template, 0) is None, name
+        assert plan.plan_run(load, found, template, LAYERS, MAX_POSITION) is None, name
         want = oracle([load], [found])
         for got in both_plans([load], [found]):
             assert_tables_equal(got, want)
