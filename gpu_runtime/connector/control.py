@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from gpu_runtime.connector import timing
+from gpu_runtime.connector.fused import FUSED_PLANS
 from gpu_runtime.connector.worker import WorkerHalf
 from gpu_runtime.errors import TenantMismatchError
 from gpu_runtime.pool.entries import Tier
@@ -83,6 +84,9 @@ class WorkerControl:
         disk = getattr(store, "disk", None)
         if disk is not None:  # disk_facts, disk_bytes, disk_segment_bytes, disk_segments
             out.update(disk.usage(who))
+        fused = self.worker.fused
+        if fused is not None and who is None:  # steps, not a tenant's: the operator's view
+            out["fused_loads"] = {plan: fused.plans[plan] for plan in FUSED_PLANS}
         return out
 
     def describe(self) -> dict[str, Any]:

@@ -19,6 +19,7 @@ blocking at the next step), so nothing a step reads can be evicted under it.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,6 +39,7 @@ from gpu_runtime.store.quant import is_fp8
 from gpu_runtime.types import FactKey, TenantId
 
 LOOKAHEAD_LAYERS = 3  # host-tier loads launched this many layers ahead of the forward
+FUSED_PLANS = ("run", "planned", "declined")  # how a step's loads were served (``plans``)
 
 
 @dataclass
@@ -114,6 +116,9 @@ class FusedLoader:
         # What prefetch hints pinned ahead of their loads (``ahead.py``), released when a load
         # takes it or when it expires.
         self.ahead = PinnedAhead(pool.acquire, pool.release)
+        # Steps by how they were served: "run" (the kernel's run mode), "planned" (per token),
+        # "declined" (left to the PyTorch path: a fact gone, stored short or in another format).
+        self.plans: Counter[str] = Counter()
         pool.add_reclaimer(self.release_completed)
         pool.add_reclaimer(self.ahead.sweep)
 
@@ -159,6 +164,7 @@ class FusedLoader:
                 acquired = self._acquire(load, pins)
                 if acquired is None:
                     self._unpin(pins)
+                    self.plans["declined"] += 1
                     return False
                 pinned.append(acquired[0])
                 templates.append(acquired[1])
@@ -168,17 +174,20 @@ class FusedLoader:
             # them. (The fact dtype is part of every key, so a runtime's own writes are all in
             # its format; a store written otherwise must not kill the engine.)
             self._unpin(pins)
+            self.plans["declined"] += 1
             return False
         try:
             with timing.section("load_plan"):
                 plan, run = self._plan(loads, pinned, templates)
         except ShortFactError:  # stored shorter than claimed: the PyTorch path reports it
             self._unpin(pins)  # and has vLLM recompute, as for a fact gone
+            self.plans["declined"] += 1
             return False
         except Exception:
             self._unpin(pins)
             raise
         on_host = any(found.on_host for found in pinned)
+        self.plans["run" if run is not None else "planned"] += 1
         step = _Step(pins, plan, run, layerwise=self._cuda and on_host and layerwise)
         self._step = step
         with timing.section("load_ready"):

@@ -86,7 +86,14 @@ class _PoolCollector:
             "inferscale_kv_events", "Pool hits, misses and evictions since start",
             labels=["rank", "event"],
         )  # fmt: skip
+        plans = GaugeMetricFamily(
+            "inferscale_kv_fused_loads", "Steps whose loads the fused kernel served since start, "
+            "by plan: run (the kernel's run mode), planned (per token), declined (PyTorch path)",
+            labels=["rank", "plan"],
+        )  # fmt: skip
         for rank, stats in enumerate(self.workers):
+            for plan, count in stats.get("fused_loads", {}).items():
+                plans.add_metric([str(rank), plan], count)
             for tier in ("gpu", "host", "disk"):
                 facts.add_metric([str(rank), tier], stats.get(f"{tier}_entries", 0))
                 held.add_metric([str(rank), tier], stats.get(f"{tier}_bytes", 0))
@@ -95,7 +102,7 @@ class _PoolCollector:
             held.add_metric([str(rank), "durable"], stats.get("disk_bytes", 0))
             for event in ("gpu_hits", "host_hits", "disk_hits", "misses", "evictions"):
                 counts.add_metric([str(rank), event], stats.get(event, 0))
-        yield from (facts, held, counts)
+        yield from (facts, held, counts, plans)
         latency = self.workers[0].get("load_latency") if self.workers else None
         if latency:
             family = HistogramMetricFamily(

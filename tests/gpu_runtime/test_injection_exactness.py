@@ -120,10 +120,21 @@ def test_injection_after_its_prefetch_hint_equals_prefilled_kv_bitwise(
     keys = [p.key_model(s.key) for s in named]
     runtime.client.prefetch(p.KeysRequest(tenant=tenant.value, keys=keys))
     time.sleep(0.2)  # the hint's socket and thread: well ahead, as retrieval is
+    before = _fused_loads(runtime)
     injected = runtime.run(tenant, ids, "kv", segment)
     assert injected.cached_tokens == injected.injected_tokens == block
     assert injected.token_ids == reused.token_ids
     assert injected.top_logprobs == reused.top_logprobs  # bitwise: floats compared exactly
+    after = _fused_loads(runtime)
+    if after is not None and before is not None:  # the fused kernel serves (CUDA): which way
+        served = {plan: after[plan] - before[plan] for plan in after}
+        wanted = "planned" if hinted == "facts" else "run"  # the kernel's run mode
+        assert served == {**dict.fromkeys(served, 0), wanted: 1}, served
+
+
+def _fused_loads(runtime: EngineHarness) -> dict[str, int] | None:
+    """The first worker's steps served by the fused kernel, by plan (None: no fused kernel)."""
+    return runtime.client.stats().workers[0].get("fused_loads")
 
 
 def test_injected_cache_bits_equal_prefilled_bits(runtime: EngineHarness) -> None:

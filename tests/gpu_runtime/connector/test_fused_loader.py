@@ -259,6 +259,7 @@ def test_a_fact_shorter_than_its_load_is_recomputed_not_read_past(tmp_path: Path
     pieces = (LoadPiece(short, 0, 5, position=0),)  # 5 claimed, 3 stored
     load = LoadRequest("r", T, pieces, (0, 1), BLOCK, 0, 5)
     assert half.fused.start([load]) is False
+    assert half.fused.plans == {"declined": 1}
     assert pool.stats(T)["pinned"] == 0
     half.start_load(InjectionMetadata(loads=[load]))
     assert half._report.failed_loads == {"r": 0}  # recomputed from the short fact's block
