@@ -216,15 +216,16 @@ def _place(load: LoadRequest, template: TokenTemplate) -> tuple[int, int] | None
         return None
     begin = t = starts[j0] + pieces[0].src_offset  # the load's first token in the run
     shift = pieces[0].position - begin  # prompt position - run index, for every token
-    for j, piece in enumerate(pieces, j0):
+    for j, (key, src_offset, n, position) in enumerate(pieces, j0):  # (unpacked: per fact)
         if (
-            starts[j] + piece.src_offset != t  # not where the last piece ended
-            or piece.position - t != shift  # not where the last piece's tokens ended
-            or t + piece.n > starts[j + 1]  # past its fact's end (the full plan says so)
-            or piece.key != keys[j]
+            starts[j] + src_offset != t  # not where the last piece ended
+            or position - t != shift  # not where the last piece's tokens ended
+            or t + n > starts[j + 1]  # past its fact's end (the full plan says so)
+            # the key: by identity first (one object per key in the process: process_keys)
+            or (key is not keys[j] and key != keys[j])
         ):
             return None
-        t += piece.n
+        t += n
     if t - begin != load.end - load.start:
         return None  # the full plan says what is wrong
     return begin, shift

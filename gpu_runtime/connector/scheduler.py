@@ -31,12 +31,12 @@ def claimable_tokens(
     if not segment.spans or not available(segment.tenant, [s.key for s in segment.spans]):
         return 0
     cursor = num_computed
-    for span in segment.spans:
-        if span.end <= cursor:
+    for _, start, n in segment.spans:  # (unpacked: per fact of every request)
+        if start + n <= cursor:
             continue
-        if span.start > cursor:
+        if start > cursor:
             break
-        cursor = span.end
+        cursor = start + n
     return max(0, min(cursor, prompt_len - 1) - num_computed)
 
 
@@ -138,12 +138,13 @@ class SchedulerHalf:
         assert segment is not None
         start, end = num_computed - tracked.pending_load, num_computed
         tracked.load_start = start
+        fault = self._rotation_fault
         pieces = []
-        for span in segment.spans:
-            lo, hi = max(span.start, start), min(span.end, end)
+        for key, first, n in segment.spans:  # (unpacked: per fact of every request)
+            lo = first if first > start else start
+            hi = first + n if first + n < end else end
             if lo < hi:
-                position = lo + self._rotation_fault
-                pieces.append(LoadPiece(span.key, lo - span.start, hi - lo, position))
+                pieces.append(LoadPiece(key, lo - first, hi - lo, lo + fault))
         scrub: tuple[int, ...] = ()
         if self._scrub:
             scrub = tuple(
