@@ -46,9 +46,10 @@ class StoredFacts:
     ) -> bool:
         """Every key (all of ``tenant``) is stored; the index is read once for all of them.
         ``encode``: ``key_bytes``, or a caller's memo of it (the JSON form costs microseconds)."""
+        name = tenant.value  # compared as strings: this runs per fact of every claim
         with self._lock:
-            index = self._follower(tenant).refresh()
-            return all(k.tenant == tenant and index.get(encode(k)) is not None for k in keys)
+            stored = self._follower(tenant).refresh().get
+            return all(k.tenant.value == name and stored(encode(k)) is not None for k in keys)
 
     def size(self, key: FactKey) -> int | None:
         """Bytes the fact takes on disk, or ``None`` when it is not stored."""
