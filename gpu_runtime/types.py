@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -147,6 +147,18 @@ class FactKeys:
             self._keys[wanted] = key
         return key
 
+    def spans(self, tenant: TenantId, rows: Iterable[SpanRow]) -> tuple[Span, ...]:
+        """``rows`` as spans of ``tenant``'s keys (each row one span, in order): ``get`` for
+        each, inlined, as this runs per fact of every kv request in the runtime and the engine
+        core."""
+        name, known, out = tenant.value, self._keys, []
+        for fact_id, fact_version, window, encoding_version, start, n_tokens in rows:
+            key = known.get((name, fact_id, fact_version, window, encoding_version))
+            if key is None:
+                key = self.get(tenant, fact_id, fact_version, window, encoding_version)
+            out.append(Span(key, start, n_tokens))
+        return tuple(out)
+
 
 _PROCESS_KEYS: dict[str, FactKeys] = {}
 
@@ -199,9 +211,7 @@ class MemorySegment:
         runtime need not rebuild them from the keys (per fact of every kv request)."""
         if keys.model != config.model:
             raise ValueError(f"keys for {keys.model!r} in a segment for {config.model!r}")
-        get = keys.get
-        spans = tuple(Span(get(tenant, f, fv, w, v), at, n) for f, fv, w, v, at, n in rows)
-        segment = cls(tenant, config, spans)
+        segment = cls(tenant, config, keys.spans(tenant, rows))
         object.__setattr__(segment, "rows", rows)
         return segment
 

@@ -100,15 +100,10 @@ def decode_params(raw: dict[str, Any] | None) -> TransferParams | None:
     config = EncodingConfig(model, int(body["window"]), int(body["version"]))
     # A request names the same few hundred facts of its user again and again, and building 50
     # frozen keys was most of decoding one (~2 µs each): each is built once in this process.
+    # (JSON keeps the str and int fields as ``encode_params`` wrote them: no conversions.)
     keys = process_keys(model)
-
-    get = keys.get
-
-    def spans(items: list[list[Any]]) -> tuple[Span, ...]:
-        # As ``encode_params`` wrote them (JSON keeps str and int): no conversions per field.
-        return tuple(Span(get(tenant, f, fv, w, v), at, n) for f, fv, w, v, at, n in items)
-
-    inject, capture = spans(body.get("inject", [])), spans(body.get("capture", []))
+    inject = keys.spans(tenant, body.get("inject", ()))
+    capture = keys.spans(tenant, body.get("capture", ()))
     # Not validated again: the runtime validated the segment before it wrote these rows.
     segment = MemorySegment.trusted(tenant, config, inject) if inject else None
     return TransferParams(tenant, segment, capture)
