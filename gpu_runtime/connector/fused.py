@@ -22,14 +22,14 @@ import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
-from gpu_runtime.connector import timing
+from gpu_runtime.connector import timing, upload
 from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.codec import FactCodec
 from gpu_runtime.connector.metadata import LoadRequest
 from gpu_runtime.connector.plan import TokenTemplate, plan_run, plan_tables
+from gpu_runtime.connector.upload import PlanUpload
 from gpu_runtime.errors import ShortFactError
 from gpu_runtime.kernels import inject
 from gpu_runtime.layouts import FlashLogicalLayout, PagedKVLayout
@@ -109,8 +109,7 @@ class FusedLoader:
         self._arenas = torch.tensor(pool.arena_addresses(), dtype=torch.int64).to(self.device)
         self._stream = torch.cuda.Stream(self.device) if self._cuda else None  # type: ignore[no-untyped-call]
         self._step: _Step | None = None
-        self._staging: torch.Tensor | None = None  # [capacity] int64, pinned: plan uploads
-        self._last_done: torch.cuda.Event | None = None  # the last step's reads, all enqueued
+        self._upload = PlanUpload(self.device)  # the step's tables to the device
         self._retired: list[_Step] = []
         self._retired_lock = threading.Lock()  # the pool may reclaim from another thread
         # What prefetch hints pinned ahead of their loads (``ahead.py``), released when a load
@@ -273,7 +272,7 @@ class FusedLoader:
         if self._cuda:
             step.done = torch.cuda.Event()  # type: ignore[no-untyped-call]
             step.done.record()
-            self._last_done = step.done
+            self._upload.last_done = step.done
             self._retired.append(step)
         else:  # CPU: the kernel ran synchronously
             self._unpin(step.pins)
@@ -314,7 +313,7 @@ class FusedLoader:
                 with timing.section("load_upload"):
                     packed, offsets = self._upload([run.tokens.ravel(), run.facts.ravel(),
                                                     run.slabs, run.blocks])  # fmt: skip
-                tables = _tables(packed, offsets, (run.tokens.size, run.facts.size,
+                tables = upload.tables(packed, offsets, (run.tokens.size, run.facts.size,
                                                    run.slabs.size))  # fmt: skip
                 at = offsets[3]
                 blocks = packed[at : at + run.blocks.size]
@@ -324,41 +323,4 @@ class FusedLoader:
         )  # [n, TOKEN_FIELDS], [F, FACT_FIELDS], [S]
         with timing.section("load_upload"):
             packed, offsets = self._upload([tokens.ravel(), facts.ravel(), slabs])
-        return _tables(packed, offsets, (tokens.size, facts.size, slabs.size)), None
-
-    def _upload(self, parts: list[np.ndarray]) -> tuple[torch.Tensor, list[int]]:
-        """``parts`` (int64) in one device tensor, each starting 16-byte aligned: Triton
-        specialises pointers on alignment, and varying it would compile new kernel variants
-        mid-serving. On CUDA through a reused pinned buffer: pinning afresh every step costs
-        more than the whole plan."""
-        offsets, total = [], 0
-        for part in parts:
-            offsets.append(total)
-            total += len(part) + len(part) % 2
-        if not self._cuda:
-            flat = np.zeros(total, dtype=np.int64)
-            for part, at in zip(parts, offsets, strict=True):
-                flat[at : at + len(part)] = part
-            return torch.from_numpy(flat), offsets
-        if self._staging is None or self._staging.numel() < total:
-            self._staging = torch.empty(max(total, 4096), dtype=torch.int64).pin_memory()
-        elif self._last_done is not None:  # recorded after the last copy out of the buffer
-            self._last_done.synchronize()  # (long finished: its step has completed since)
-        staging = self._staging.numpy()
-        for part, at in zip(parts, offsets, strict=True):
-            staging[at : at + len(part)] = part
-        packed = torch.empty(total, dtype=torch.int64, device=self.device)
-        packed.copy_(self._staging[:total], non_blocking=True)
-        return packed, offsets
-
-
-def _tables(
-    packed: torch.Tensor, offsets: list[int], sizes: tuple[int, int, int]
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The kernel's token, fact and slab tables: views of one uploaded tensor."""
-    (t, f, s), (nt, nf, ns) = offsets[:3], sizes
-    return (
-        packed[t : t + nt].view(-1, inject.TOKEN_FIELDS),
-        packed[f : f + nf].view(-1, inject.FACT_FIELDS),
-        packed[s : s + ns],
-    )
+        return upload.tables(packed, offsets, (tokens.size, facts.size, slabs.size)), None
