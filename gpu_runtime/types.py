@@ -190,6 +190,11 @@ class Span(NamedTuple):
     def end(self) -> int:
         return self.start + self.n_tokens
 
+    def row(self) -> SpanRow:
+        """As the wire carries it (``SpanRow``): the key's tenant and model are the request's."""
+        k = self.key
+        return (k.fact_id, k.fact_version, k.window, k.encoding_version, self.start, self.n_tokens)
+
 
 @dataclass(frozen=True)
 class MemorySegment:

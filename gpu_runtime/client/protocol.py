@@ -371,11 +371,7 @@ def span_model(span: Span) -> SpanModel:
 def segment_model(segment: MemorySegment) -> SegmentModel:
     """The segment as rows (revision 7; ``for_revision`` turns them into spans for an earlier
     runtime)."""
-    rows = [
-        (s.key.fact_id, s.key.fact_version, s.key.window, s.key.encoding_version, s.start,
-         s.n_tokens)
-        for s in segment.spans
-    ]  # fmt: skip
+    rows = [span.row() for span in segment.spans]
     return SegmentModel(window=segment.config.window, version=segment.config.version, rows=rows)
 
 

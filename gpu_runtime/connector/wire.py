@@ -41,13 +41,10 @@ class TransferParams:
 
 def span_rows(tenant: TenantId, model: str, spans: tuple[Span, ...]) -> list[SpanRow]:
     """``spans`` as the wire's rows; each key must be ``tenant``'s, for ``model``."""
-    out = []
     for s in spans:
-        k = s.key
-        if k.tenant != tenant or k.model != model:
-            raise ValueError(f"{k} does not belong to {tenant} under model {model!r}")
-        out.append((k.fact_id, k.fact_version, k.window, k.encoding_version, s.start, s.n_tokens))
-    return out
+        if s.key.tenant != tenant or s.key.model != model:
+            raise ValueError(f"{s.key} does not belong to {tenant} under model {model!r}")
+    return [s.row() for s in spans]
 
 
 def _params(
