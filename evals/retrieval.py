@@ -10,6 +10,7 @@ the same order, without the embedding model.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,6 +28,13 @@ Hits = dict[str, dict[int, list[int]]]
 WEIGHT_KEY = "_keyword_weight"
 # ... and the memories it ranked under this one (none: the observations).
 MEMORIES_KEY = "_memories"
+# ... and, per conversation, a digest of the facts' texts it ranked: a file ranked over the facts
+# as an earlier import wrote them (e.g. dated otherwise) is refused, not paired with new texts.
+FACTS_KEY = "_facts"
+
+
+def facts_digest(facts: Sequence[str]) -> str:
+    return hashlib.sha256("\n".join(facts).encode()).hexdigest()[:16]
 
 
 class Retrieval:
@@ -44,6 +52,7 @@ class Retrieval:
         self.keyword_weight = keyword_weight
         self.memories = memories
         self.hits: Hits = {}
+        self.digests: dict[str, str] = {}
         if path is not None and path.is_file():
             raw = json.loads(path.read_text())
             written = float(raw.pop(WEIGHT_KEY, 0.0))
@@ -54,11 +63,18 @@ class Retrieval:
             over = raw.pop(MEMORIES_KEY, ConversationMemories.OBSERVATIONS.value)
             if over != memories.value:
                 raise ValueError(f"{path} was ranked over the {over} memories, not {memories}")
+            self.digests = dict(raw.pop(FACTS_KEY, {}))
             self.hits = {s: {int(q): ids for q, ids in qs.items()} for s, qs in raw.items()}
         self.computed = False
 
     def top(self, conv: Conversation, questions: Sequence[Question], k: int) -> list[list[int]]:
         """Each question's top ``k`` fact ids, from the file when it holds them."""
+        digest = facts_digest(conv.facts)
+        if self.digests.setdefault(conv.sample, digest) != digest:
+            raise ValueError(
+                f"{self.path} ranked other texts of {conv.sample}'s facts than these (an "
+                "import that writes them otherwise): rank them again (`inferscale eval hits`)"
+            )
         known = self.hits.get(conv.sample, {})
         if all(len(known.get(q.index, [])) >= min(k, len(conv.facts)) for q in questions):
             return [known[q.index][:k] for q in questions]
@@ -72,7 +88,7 @@ class Retrieval:
     def save(self) -> None:
         if self.path is not None and self.computed:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            out: dict[str, object] = {**self.hits}
+            out: dict[str, object] = {**self.hits, FACTS_KEY: self.digests}
             if self.keyword_weight:
                 out[WEIGHT_KEY] = self.keyword_weight
             if self.memories is not ConversationMemories.OBSERVATIONS:

@@ -4,6 +4,7 @@ database: the API's import, the ingestion job and the evaluation harness all rea
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -52,6 +53,29 @@ class ConversationMemories(StrEnum):
         if not has_observations:
             return False, True
         return self is not ConversationMemories.TURNS, self is not ConversationMemories.OBSERVATIONS
+
+
+# LoCoMo's session stamps read "1:56 pm on 8 May, 2023".
+_SESSION_STAMP = re.compile(
+    r"^\s*\d{1,2}:\d{2}\s*[ap]\.?m\.?\s+on\s+(\d{1,2}\s+[A-Za-z]+),?\s+(\d{4})\s*$",
+    re.IGNORECASE,
+)
+
+
+def session_day(stamp: str) -> str:
+    """The day a session stamp names, "8 May 2023" for "1:56 pm on 8 May, 2023"; a stamp in
+    any other form as it is. A memory's time of day only misled the model: answering "when"
+    questions it copied clock times ("12:33 am on") where the day was asked."""
+    match = _SESSION_STAMP.match(stamp)
+    return f"{match[1]} {match[2]}" if match else stamp.strip()
+
+
+def observation_text(fact: str, stamp: str) -> str:
+    """A session observation as a memory's text: the session's day first, as a sentence
+    would say it, so "when" questions are answerable from the fact alone (measured against
+    other forms in docs/accuracy.md, "How a memory's date is written")."""
+    day = session_day(stamp)
+    return f"On {day}, {fact}" if day else fact
 
 
 def turn_memory_text(speaker: str, text: str, spoken_at: str = "") -> str:
@@ -111,8 +135,6 @@ def _parse_locomo(data: dict[str, Any]) -> ParsedConversation:
         for facts in (conv.get(f"session_{number}_observation") or {}).values():
             for fact in facts:
                 refs = fact[1] if isinstance(fact[1], list) else [fact[1]]
-                # The session date makes "when" questions answerable from the fact alone.
-                text = f"({when}) {fact[0]}" if when else str(fact[0])
-                observations.append(Observation(text, str(refs[0])))
+                observations.append(Observation(observation_text(str(fact[0]), when), str(refs[0])))
     title = str(data.get("sample_id", f"{conv['speaker_a']} & {conv['speaker_b']}"))
     return ParsedConversation(title, turns, observations)

@@ -17,6 +17,9 @@
 #                                                   # the turns (an import's memories=both), kv,
 #                                                   # hybrid (400-token budget) and prompt, compared
 #                                                   # question by question with the budget run
+#   bash scripts/device/platform_bench.sh locomo-day # the dev set with each observation written
+#                                                   # "On <session day>, ..." (kv, hybrid at 400
+#                                                   # tokens, prompt), compared with the runs before
 #   bash scripts/device/platform_bench.sh runtime-peer # after serve: the runtime's own API against
 #                                                   # the peer, TTFT k = 0/50 (free KV too) and 100
 #                                                   # users' requests/s (issue 29's table)
@@ -190,6 +193,26 @@ case ${1:-} in
     gzip -dc docs/results/locomo-h200-budget/eval.json.gz > /tmp/observations-eval.json
     python3 -m evals compare /tmp/observations-eval.json "$res/locomo/eval.json" \
       --names "observations,observations and turns" --out "$res/compare.md"
+    tail -40 "$res/locomo.log"
+    ;;
+  locomo-day)
+    # Issue 28's fact rendering: observations written "On 8 May 2023, ..." (the session's day,
+    # backend/core/locomo.py) instead of "(1:56 pm on 8 May, 2023) ...", ranked anew
+    # (docs/results/locomo/hits-fused.json), kv, hybrid at the GPU's default budget (400 tokens)
+    # and prompt; then question by question against the budget run, written the old way
+    # (docs/results/locomo-h200-budget/: prompt and hybrid), and the f3e1d12 run (kv).
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
+      --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
+      --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,20,50}" --windows 0 --modes kv,hybrid,prompt \
+      --recompute 0 --recompute-tokens 400 --hybrid-ks "${KS:-5,20,50}" --hybrid-windows 0 \
+      --fact-kv-dtype native --out "$res/locomo" > "$res/locomo.log" 2>&1 || echo "eval exit $?"
+    gzip -dc docs/results/locomo-h200-budget/eval.json.gz > /tmp/budget-eval.json
+    gzip -dc docs/results/locomo-h200/eval.json.gz > /tmp/f3e1d12-eval.json
+    python3 -m evals compare /tmp/budget-eval.json "$res/locomo/eval.json" \
+      --names "clock stamp,session day" --out "$res/compare-budget.md"
+    python3 -m evals compare /tmp/f3e1d12-eval.json "$res/locomo/eval.json" \
+      --names "clock stamp,session day" --out "$res/compare-kv.md"
+    python3 -m evals margins "$res/locomo/eval.json" --out "$res/margins.md" || true
     tail -40 "$res/locomo.log"
     ;;
   runtime-peer)

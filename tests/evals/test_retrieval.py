@@ -37,6 +37,22 @@ def test_hits_are_written_and_read_back_unchanged(tmp_path: Path) -> None:
     assert stored[conv.sample] == expected
 
 
+def test_a_file_ranked_over_other_texts_of_the_facts_is_refused(tmp_path: Path) -> None:
+    """An import that writes the facts otherwise (e.g. their dates) ranks them otherwise: a
+    hits file keeps a digest of the texts it ranked and is not paired with other texts."""
+    import dataclasses
+
+    (conv,) = load_conversations(locomo_opening(tmp_path / "c.json", turns=12))
+    path = tmp_path / "hits.json"
+    first = Retrieval(path)
+    hits = first.top(conv, conv.questions[:2], 3)
+    first.save()
+    assert Retrieval(path).top(conv, conv.questions[:2], 3) == hits  # the same texts: read
+    reworded = dataclasses.replace(conv, facts=tuple(f"Then, {f}" for f in conv.facts))
+    with pytest.raises(ValueError, match="other texts"):
+        Retrieval(path).top(reworded, conv.questions[:2], 3)
+
+
 def test_a_file_without_a_conversation_falls_back_to_searching(tmp_path: Path) -> None:
     (conv,) = load_conversations(locomo_opening(tmp_path / "c.json", turns=12))
     path = tmp_path / "hits.json"

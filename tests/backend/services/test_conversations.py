@@ -32,8 +32,8 @@ TALK = ParsedConversation(
         TurnIn("Caroline", "I'm adopting a greyhound named Bolt.", "session_1", "D1:4", WHEN),
     ],
     [
-        Observation(f"({WHEN}) Caroline attended an LGBTQ support group.", "D1:1"),
-        Observation(f"({WHEN}) Caroline is adopting a greyhound named Bolt.", "D1:4"),
+        Observation("On 8 May 2023, Caroline attended an LGBTQ support group.", "D1:1"),
+        Observation("On 8 May 2023, Caroline is adopting a greyhound named Bolt.", "D1:4"),
     ],
 )
 OBSERVED = [(TALK.observations[0].text, "D1:1"), (TALK.observations[1].text, "D1:4")]
