@@ -125,7 +125,9 @@ class Settings(BaseSettings):
     # nearly all of it on adversarial questions; w>0 stays available for conversations whose
     # facts lean on their turns ("he", "that one").
     window_turns: int = Field(default=0, ge=0, le=64, validation_alias="INFERSCALE_WINDOW_TURNS")
-    encoding_version: int = Field(default=1, ge=1, validation_alias="INFERSCALE_ENCODING_VERSION")
+    # Version 1 wrote each fact after "- "; its KV does not match today's prompts (fact_line),
+    # so it is refused rather than served: the beat re-encodes every fact under the new version.
+    encoding_version: int = Field(default=2, ge=2, validation_alias="INFERSCALE_ENCODING_VERSION")
     # Hybrid injection: how many of the most relevant retrieved facts are prefilled as text after
     # the injected ones when a chat does not say (docs/accuracy.md).
     hybrid_recompute: int = Field(
@@ -144,6 +146,14 @@ class Settings(BaseSettings):
     hybrid_recompute_tokens_gpu: int = Field(
         default=400, ge=0, le=32768, validation_alias="INFERSCALE_HYBRID_RECOMPUTE_TOKENS_GPU"
     )
+
+    # How many of the user's memories a chat retrieves when it does not say (memory.top_k), and
+    # instead when the runtime serves on a GPU (0: the same). On a GPU injected facts cost
+    # almost nothing per fact, and on the dev set hybrid answered better at k=50 than at 5
+    # (docs/accuracy.md, "How a fact is written into the prompt"); on a CPU every fact's KV is
+    # copied by the CPU (kv TTFT 2.2x at k=50 against k=5, docs/benchmarks.md).
+    chat_top_k: int = Field(default=5, ge=0, le=200, validation_alias="INFERSCALE_TOP_K")
+    chat_top_k_gpu: int = Field(default=0, ge=0, le=200, validation_alias="INFERSCALE_TOP_K_GPU")
 
     # Each tenant's limits unless its row says otherwise (0: no limit), counted in Redis so they
     # hold across API processes and hosts: requests and tokens (prompt + completion) per window,

@@ -45,6 +45,7 @@ class ChatRequest:
     user: str | None
     mode: MemoryMode = MemoryMode.KV
     top_k: int = 5
+    gpu_top_k: int | None = None  # top_k instead when the runtime is on a GPU (the chat chose none)
     recompute: int = 0  # hybrid mode: how many of the most relevant facts are prefilled as text
     recompute_tokens: int | None = None  # hybrid mode: instead, a budget in tokens for them
     gpu_recompute_tokens: int | None = None  # the budget instead when the runtime is on a GPU
@@ -123,10 +124,15 @@ def injected_count(request: ChatRequest, lengths: list[int]) -> int:
 
 
 def for_device(request: ChatRequest, on_gpu: bool) -> ChatRequest:
-    """The request with the GPU's budget in place of the count, when the runtime serves on a
-    GPU and the chat chose neither (the route leaves ``gpu_recompute_tokens`` unset if it did)."""
-    if on_gpu and request.gpu_recompute_tokens:
-        return dataclasses.replace(request, recompute_tokens=request.gpu_recompute_tokens)
+    """The request with the GPU's defaults, when the runtime serves on a GPU: its budget in
+    place of the count and its top_k, each where the chat chose none (the route leaves
+    ``gpu_recompute_tokens`` and ``gpu_top_k`` unset where it did)."""
+    if not on_gpu:
+        return request
+    if request.gpu_recompute_tokens:
+        request = dataclasses.replace(request, recompute_tokens=request.gpu_recompute_tokens)
+    if request.gpu_top_k:
+        request = dataclasses.replace(request, top_k=request.gpu_top_k)
     return request
 
 
@@ -171,6 +177,7 @@ class ChatService:
         system, history, query = split_messages(request.messages)
         engine = self.ctx.engine
         config = engine.encoding_config()
+        request = for_device(request, on_gpu=engine.serves_on_gpu())
         facts: list[FactText] = []
         memories: list[str] = []
         embedded_on: EmbeddedOn | None = None
@@ -199,7 +206,6 @@ class ChatService:
         # Least to most relevant, in every mode: the most relevant sit nearest the query, and in
         # hybrid mode they are the ones prefilled after the injected rest.
         facts.reverse()  # (``memories``, the response's list, stays best first)
-        request = for_device(request, on_gpu=engine.serves_on_gpu())
         composer = engine.composer()
         lengths = [composer.fact_length(self.ctx.tenant, f.text) for f in facts]
         injected = injected_count(request, lengths)

@@ -90,11 +90,15 @@ async def chat_completions(
         budget = settings.hybrid_recompute_tokens
         if budget is None:  # the runtime's device decides (ChatService.start)
             gpu_budget = settings.hybrid_recompute_tokens_gpu or None
+    top_k, gpu_top_k = body.memory.top_k, None
+    if top_k is None:  # the server's default, the GPU's where the runtime serves on one
+        top_k, gpu_top_k = settings.chat_top_k, settings.chat_top_k_gpu or None
     request = ChatRequest(
         messages=[(m.role, m.text()) for m in body.messages],
         user=body.user,
         mode=MemoryMode(body.memory.mode),
-        top_k=body.memory.top_k,
+        top_k=top_k,
+        gpu_top_k=gpu_top_k,
         recompute=settings.hybrid_recompute if recompute is None else recompute,
         recompute_tokens=budget,
         gpu_recompute_tokens=gpu_budget,

@@ -29,7 +29,13 @@ class ChatMessage(BaseModel):
 
 
 class MemoryOptions(BaseModel):
-    top_k: int = Field(5, ge=0, le=200)
+    top_k: int | None = Field(
+        None,
+        ge=0,
+        le=200,
+        description="how many of the user's memories are retrieved (default: the server's "
+        "INFERSCALE_TOP_K, or INFERSCALE_TOP_K_GPU when its runtime serves on a GPU)",
+    )
     mode: Literal["kv", "hybrid", "prompt", "none"] = Field(
         "hybrid",
         description="hybrid (the default): the least relevant retrieved facts' stored KV is "

@@ -51,3 +51,11 @@ def test_on_a_gpu_the_default_is_the_gpu_budget_and_on_a_cpu_the_count() -> None
     assert injected_count(for_device(wide, on_gpu=False), LENGTHS) == 2
     chosen = dataclasses.replace(default, gpu_recompute_tokens=None)  # the chat said r or a budget
     assert for_device(chosen, on_gpu=True) == chosen
+
+
+def test_on_a_gpu_the_default_top_k_is_the_gpus() -> None:
+    default = ChatRequest([("user", "q")], "u", MemoryMode.HYBRID, top_k=5, gpu_top_k=50)
+    assert for_device(default, on_gpu=True).top_k == 50
+    assert for_device(default, on_gpu=False).top_k == 5
+    chosen = dataclasses.replace(default, top_k=7, gpu_top_k=None)  # the chat said its top_k
+    assert for_device(chosen, on_gpu=True) == chosen
