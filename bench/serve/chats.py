@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER
+from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER, fact_line
 
 BENCH_USER = "bench-user"  # whose memories every chat of the bench asks about
 
@@ -201,7 +201,7 @@ def open_memory(folder: Path) -> Any:
 
 
 def messages_for(facts: list[str], question: str) -> list[dict[str, str]]:
-    lines = "".join(f"- {fact.strip()}\n" for fact in reversed(facts))  # most relevant last
+    lines = "".join(fact_line(fact) for fact in reversed(facts))  # most relevant last, as ours
     system = f"{DEFAULT_SYSTEM_PROMPT}\n{FACTS_HEADER}{lines}"
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 

@@ -20,6 +20,9 @@
 #   bash scripts/device/platform_bench.sh locomo-day # the dev set with each observation written
 #                                                   # "On <session day>, ..." (kv, hybrid at 400
 #                                                   # tokens, prompt), compared with the runs before
+#   bash scripts/device/platform_bench.sh locomo-line # the dev set with each fact one plain line
+#                                                   # (no "- "), kv, hybrid, prompt at k = 5..50,
+#                                                   # compared with locomo-day
 #   bash scripts/device/platform_bench.sh runtime-peer # after serve: the runtime's own API against
 #                                                   # the peer, TTFT k = 0/50 (free KV too) and 100
 #                                                   # users' requests/s (issue 29's table)
@@ -214,6 +217,22 @@ case ${1:-} in
       --names "clock stamp,session day" --out "$res/compare-kv.md"
     python3 -m evals margins "$res/locomo/eval.json" --out "$res/margins.md" || true
     tail -40 "$res/locomo.log"
+    ;;
+  locomo-line)
+    # Issue 28's fact rendering, second step: each fact one plain line (encoding version 2, no
+    # "- " before it: gpu_runtime/client/composer.py fact_line), kv, hybrid at the GPU's default
+    # budget and prompt at k = 5, 10, 20, 30, 50 (the API's default top_k on a GPU is chosen from
+    # this curve); then question by question against the locomo-day run (facts after "- ").
+    INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
+      --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
+      --max-tokens 24 --dtype bfloat16 --ks "${KS:-5,10,20,30,50}" --windows 0 --modes kv,hybrid,prompt \
+      --recompute 0 --recompute-tokens 400 --hybrid-ks "${KS:-5,10,20,30,50}" --hybrid-windows 0 \
+      --fact-kv-dtype native --out "$res/locomo" > "$res/locomo.log" 2>&1 || echo "eval exit $?"
+    gzip -dc docs/results/locomo-h100-day/eval.json.gz > /tmp/day-eval.json
+    python3 -m evals compare /tmp/day-eval.json "$res/locomo/eval.json" \
+      --names "after a dash,plain line" --out "$res/compare-day.md"
+    python3 -m evals margins "$res/locomo/eval.json" --out "$res/margins.md" || true
+    tail -60 "$res/locomo.log"
     ;;
   runtime-peer)
     # Issue 29's table through the runtime's own HTTP API (no tenant API): TTFT at k = 0 and 50

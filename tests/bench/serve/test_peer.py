@@ -53,5 +53,5 @@ def test_the_peer_retrieves_with_mem0_and_answers_through_vllms_server(vllm_serv
 
 def test_the_peer_prompt_has_the_platforms_words_most_relevant_fact_last() -> None:
     system, user = messages_for(["best", "second"], "Where?")
-    assert system["content"].endswith(f"{FACTS_HEADER}- second\n- best\n")
+    assert system["content"].endswith(f"{FACTS_HEADER}second\nbest\n")
     assert user == {"role": "user", "content": "Where?"}

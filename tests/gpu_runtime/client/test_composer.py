@@ -65,13 +65,13 @@ def test_smollm2_template_gives_chatml_around_the_facts() -> None:
     )  # fmt: skip
     assert _text(prompt.token_ids) == (
         "<|im_start|>system\nBe helpful.\nFacts about the user:\n"
-        "- The user has a dog.\n- The user lives in Lisbon.\n<|im_end|>\n"
+        "The user has a dog.\nThe user lives in Lisbon.\n<|im_end|>\n"
         "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n"
         "<|im_start|>user\nWhat pet do I have?<|im_end|>\n<|im_start|>assistant\n"
     )
     preamble, first, second = prompt.segment.spans
     assert _text(prompt.token_ids[: preamble.end]).endswith("Facts about the user:\n")
-    assert _text(prompt.token_ids[first.start : first.end]) == "- The user has a dog.\n"
+    assert _text(prompt.token_ids[first.start : first.end]) == "The user has a dog.\n"
     assert second.start == first.end and prompt.segment.end == second.end
 
 
@@ -81,7 +81,7 @@ def test_llama3_template_renders_its_own_markup() -> None:
     text = _text(prompt.token_ids)
     assert text == (
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe helpful.\n"
-        "Facts about the user:\n- The user has a dog.\n<|eot_id|>"
+        "Facts about the user:\nThe user has a dog.\n<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nWhat pet?<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\n"
     )
