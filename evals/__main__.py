@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
         default=ConversationMemories.OBSERVATIONS.value,
         help="what the import keeps as memories (the API's ConversationImport.memories)",
     )
+    parser.add_argument(
+        "--fact-context",
+        help="what each fact is encoded after, past the facts header (default: the product's "
+        "FACT_CONTEXT; '' for nothing)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/eval/locomo"))
     args = parser.parse_args(given)
 
@@ -132,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             else args.keyword_weight
         ),
         memories=ConversationMemories(args.memories),
+        fact_context=None if args.fact_context is None else args.fact_context.replace("\\n", "\n"),
     )
     token = RuntimeSettings().service_token
     disk_root = tempfile.mkdtemp(prefix="inferscale-eval-kv-")  # throwaway fact KV

@@ -95,6 +95,7 @@ class EvalSettings:
     hits_file: Path | None = None  # retrieval results to read, or to write once computed
     keyword_weight: float = 0.5  # BM25's weight in the fused ranking, as the API serves (0: dense)
     memories: ConversationMemories = ConversationMemories.OBSERVATIONS  # what an import keeps
+    fact_context: str | None = None  # what each fact is encoded after (None: the product's)
 
 
 @dataclass(frozen=True)
@@ -188,6 +189,8 @@ def run_eval(
     from evals.report import summarize
 
     started = time.perf_counter()
+    if settings.fact_context is not None:
+        runtime.composer().fact_context = settings.fact_context
     retrieval = Retrieval(settings.hits_file, embedder, settings.keyword_weight, settings.memories)
     tenant = TenantId(f"locomo-eval-{uuid.uuid4().hex[:8]}")
     configs = run_configs(settings)
@@ -234,6 +237,7 @@ def run_eval(
         "dtype": model.dtype,
         "files": [str(p) for p in files],
         "memories": settings.memories.value,
+        "fact_context": runtime.composer().fact_context,
         "keyword_weight": settings.keyword_weight,
         "ks": list(settings.ks),
         "windows": list(settings.windows),

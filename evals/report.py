@@ -208,6 +208,11 @@ def to_markdown(result: dict[str, Any], with_notes: bool = True) -> str:
         f"max new tokens {config.get('max_tokens')} (greedy)",
         f"- memories: {_MEMORIES[config.get('memories', 'observations')]}, ranked by MiniLM + "
         f"exact FAISS fused with BM25 at keyword weight {config.get('keyword_weight', '?')}",
+        *(
+            [f"- each fact encoded after the facts header and {config['fact_context']!r}"]
+            if "fact_context" in config
+            else []
+        ),
         f"- wall time {_fmt(timing.get('total_s'), 0)} s "
         f"(fact encoding {_fmt(timing.get('encode_s'), 0)} s)",
         "",
