@@ -75,6 +75,22 @@ def test_sdk_chat_uses_stored_memory(
         assert extension["injected_tokens"] == 0
 
 
+def test_a_chat_that_names_no_top_k_retrieves_the_servers_default(
+    served: tuple[TestClient, Any],
+    tenant_with_memory: TenantHandle,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    http, _ = served
+    settings = http.app.state.resources.settings  # type: ignore[attr-defined]
+    monkeypatch.setattr(settings, "chat_top_k", 2)
+    monkeypatch.setattr(settings, "chat_top_k_gpu", 1)  # a GPU's own: this runtime is on a CPU
+    completion = _sdk(http, tenant_with_memory).chat.completions.create(
+        model="inferscale", messages=[{"role": "user", "content": QUESTION}], user="alice",
+        max_tokens=1, temperature=0, extra_body={"memory": {"mode": "kv"}},
+    )  # fmt: skip
+    assert len(completion.model_extra["inferscale"]["memories"]) == 2  # type: ignore[index]
+
+
 def test_a_kv_chats_prefetch_hint_names_its_preamble_and_facts(
     served: tuple[TestClient, Any],
     tenant_with_memory: TenantHandle,
