@@ -150,7 +150,7 @@ class Settings(BaseSettings):
     # How many of the user's memories a chat retrieves when it does not say (memory.top_k), and
     # instead when the runtime serves on a GPU (0: the same), where an injected fact costs far
     # less than on a CPU (kv TTFT 2.2x at k=50 against k=5 there, docs/benchmarks.md). Both 5:
-    # on the dev set hybrid scored 0.214 at k=5 and 0.200-0.223 at k=10..50 on an H100
+    # on the dev set hybrid scored 0.216 at k=5 and 0.222 / 0.214 at k=20 / 50 on an H100
     # (docs/accuracy.md, "How a fact is written into the prompt"), no gain worth the tokens.
     chat_top_k: int = Field(default=5, ge=0, le=200, validation_alias="INFERSCALE_TOP_K")
     chat_top_k_gpu: int = Field(default=0, ge=0, le=200, validation_alias="INFERSCALE_TOP_K_GPU")

@@ -29,12 +29,12 @@ Encode = Callable[[str], Sequence[int]]
 
 DEFAULT_SYSTEM_PROMPT = "You are a helpful assistant. Use the facts about the user when relevant."
 FACTS_HEADER = "Facts about the user:\n"
-# What every fact is encoded after, past the header (never in a composed prompt): in a prompt
-# every fact but the first follows other facts, and a fact encoded right after the header is
-# read as the list's first, whose start the model then copied into its answers. After this
-# line, injected facts agree with prompt mode far more often (docs/accuracy.md, "How a fact is
-# written into the prompt"). Part of encoding version 2.
-FACT_CONTEXT = "The user shared these facts in earlier conversations.\n"
+# What every fact is encoded after, past the header (never in a composed prompt). None by
+# default: a line here made kv agree with prompt mode more often on the dev set, but a fact
+# served first is then no longer its own prefill, and in hybrid mode that flipped an answer the
+# API's test asks (docs/accuracy.md, "How a fact is written into the prompt"). Evaluations try
+# lines (``inferscale eval locomo --fact-context``).
+FACT_CONTEXT = ""
 # Facts' token ids kept per composer (each ~30 tokens: ~1 KB a fact, ~32 MB when full): a
 # retrieved fact is tokenized once, not on every chat that retrieves it (at k=50 that was most
 # of composing). Keyed by tenant and text, so no tenant's chat is faster for another's facts.

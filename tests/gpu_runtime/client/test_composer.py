@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpu_runtime.client.composer import FACT_CONTEXT, FactText, PromptComposer, Turn
+from gpu_runtime.client.composer import FactText, PromptComposer, Turn
 from gpu_runtime.client.template import ChatTemplate, ChatTemplateError, shipped
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
@@ -105,24 +105,30 @@ def test_a_facts_tokens_are_the_same_in_every_prompt_and_encoding(template: str)
     assert item.token_ids[item.span.start : item.span.end] == expected
     window = _text(item.token_ids[: item.span.start])
     assert "turn 5" in window and "turn 6" in window and "turn 4" not in window
-    assert window.endswith(f"Facts about the user:\n{FACT_CONTEXT}")
+    assert window.endswith("Facts about the user:\n")
 
 
-def test_window_zero_encodes_after_the_serving_preamble_and_the_fact_context() -> None:
-    """At w=0 a fact is encoded after the very tokens that precede it when served first, then
-    the line that makes it one of several facts (never in a served prompt)."""
+def test_window_zero_encodes_after_exactly_the_serving_preamble() -> None:
+    """At w=0 a fact is encoded after the very tokens that precede it when served first."""
     composer = _composer(SMOLLM2)
     fact = _facts("The user has a dog.")
     item = composer.encode_item(fact[0].key, fact[0].text, TURNS, 0)
     prompt = composer.compose(T, CFG, fact, [], "What pet?")
+    span = prompt.segment.spans[1]
+    assert item.token_ids == prompt.token_ids[: span.end] and item.span.start == span.start
+
+
+def test_a_fact_context_goes_between_the_preamble_and_the_fact_when_encoding_only() -> None:
+    composer = _composer(SMOLLM2)
+    composer.fact_context = "Earlier facts.\n"  # what an evaluation may try
+    fact = _facts("The user has a dog.")
+    item = composer.encode_item(fact[0].key, fact[0].text, TURNS, 0)
+    prompt = composer.compose(T, CFG, fact, [], "What pet?")
     preamble, span = prompt.segment.spans
-    context = composer.tokens(FACT_CONTEXT)
+    context = composer.tokens("Earlier facts.\n")
     assert item.token_ids[: item.span.start] == prompt.token_ids[: preamble.end] + context
     assert item.token_ids[item.span.start :] == prompt.token_ids[span.start : span.end]
-    assert FACT_CONTEXT not in _text(prompt.token_ids)
-    composer.fact_context = ""  # none: the fact is encoded exactly as served first
-    item = composer.encode_item(fact[0].key, fact[0].text, TURNS, 0)
-    assert item.token_ids == prompt.token_ids[: span.end] and item.span.start == span.start
+    assert "Earlier facts." not in _text(prompt.token_ids)
 
 
 def test_the_preamble_key_follows_the_system_prompt() -> None:
