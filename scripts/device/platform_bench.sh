@@ -223,7 +223,8 @@ case ${1:-} in
     # "- " before it: gpu_runtime/client/composer.py fact_line), kv, hybrid at the GPU's default
     # budget and prompt at k = 5, 10, 20, 30, 50 (the API's default top_k on a GPU is chosen from
     # this curve); then question by question against the locomo-day run (facts after "- ").
-    # FACT_CONTEXT=text: each fact encoded after that instead of the product's line ('' none).
+    # FACT_CONTEXT=text: each fact also encoded after that line, past the header (the product
+    # encodes after none; '' is that).
     INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 python3 -m evals locomo --files data/locomo \
       ${FACT_CONTEXT+--fact-context "$FACT_CONTEXT"} \
       --hits docs/results/locomo/hits-fused.json --keyword-weight 0.5 --concurrency 64 \
