@@ -79,9 +79,10 @@ def test_prefix_cache_blocks_are_not_shared_across_tenants(
 ) -> None:
     a, b = _pair()
     config = runtime.config(window=0)
-    # Long enough that the prompt fills whole cache blocks vLLM would otherwise reuse.
+    # Long enough that the prompt fills whole cache blocks vLLM would otherwise reuse (more than
+    # two 128-token blocks: 16 facts, ~330 tokens).
     facts = [
-        f"Fact number {i}: the user once visited city number {i} in spring." for i in range(12)
+        f"Fact number {i}: the user once visited city number {i} in spring." for i in range(16)
     ]
     prompts = {}
     for tenant in (a, b):
