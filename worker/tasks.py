@@ -105,3 +105,9 @@ def relay_outbox() -> int:
 @celery_app.task(name=TaskName.REENCODE_STALE)  # type: ignore[untyped-decorator]
 def reencode_stale() -> int:
     return encoding.reencode_stale()
+
+
+@celery_app.task(name=TaskName.PURGE_SUPERSEDED)  # type: ignore[untyped-decorator]
+def purge_superseded() -> int:
+    """KV an earlier encoding config wrote, once every fact it covered is ready under today's."""
+    return encoding.purge_superseded()

@@ -1,5 +1,6 @@
 """The encoding use cases: context-window encoding of facts through the runtime, idempotent per
-(fact version, encoding config), and beat's sweep for facts whose KV is missing or lost."""
+(fact version, encoding config), beat's sweep for facts whose KV is missing or lost, and its
+sweep of KV that an earlier config wrote and no runtime reads any more."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from backend.repositories.memories import FactRepository
 from backend.repositories.tenants import TenantRepository
 from backend.resources import process_resources
 from backend.runtime.client import EngineClient
-from backend.services.memories import MemoryService, fact_key
+from backend.services.memories import MemoryService, fact_key, recorded_key
 from gpu_runtime.client.composer import EncodeItem, Turn
 from gpu_runtime.types import EncodingConfig, FactKey, TenantId
 
@@ -149,3 +150,27 @@ def _lost(
         lost += [f for f, kept in zip(batch, client.stored(tenant, keys), strict=True) if not kept]
         after = batch[-1].id
     return lost
+
+
+def purge_superseded(limit_per_tenant: int = 500, engine: EngineClient | None = None) -> int:
+    """Beat: KV written under an earlier config (model, w or encoding version), which no
+    runtime serving today's config reads, off every tier of every replica, then its rows. Only
+    once the fact's current version is ready under today's config (or the fact is gone), so a
+    fact is never left without KV in between. Returns the encodings purged."""
+    client = engine or process_resources().engine
+    config = client.encoding_config()
+    purged = 0
+    with session_scope() as session:
+        tenants = TenantRepository(session).live_ids()
+    for tenant_uuid in tenants:
+        tenant = TenantId(str(tenant_uuid))
+        with session_scope() as session:
+            encodings = EncodingRepository(session, tenant)
+            rows = encodings.superseded(config, limit_per_tenant)
+            if not rows:
+                continue
+            # The KV before its rows: a failed purge keeps the rows, and the next sweep retries.
+            client.purge(tenant, [recorded_key(tenant, public_id, row) for row, public_id in rows])
+            encodings.delete([row.id for row, _ in rows])
+            purged += len(rows)
+    return purged

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import aliased
 
 from backend.db.models import EncodingStatus, Fact, FactEncoding
 from backend.repositories.base import TenantScoped
@@ -133,5 +135,48 @@ class EncodingRepository(TenantScoped):
                 .where(Fact.tenant_id == self.tenant_uuid, Fact.deleted_at.is_(None), ~ready)
                 .order_by(Fact.id)
                 .limit(limit)
+            )
+        )
+
+    def superseded(
+        self, config: EncodingConfig, limit: int = 500
+    ) -> list[tuple[FactEncoding, uuid.UUID]]:
+        """Encodings under another config than ``config`` (an earlier model, w or encoding
+        version: KV no runtime serving ``config`` reads) of facts that are gone or whose current
+        version is ready under ``config``, each with its fact's public id (the key names it)."""
+        now = aliased(FactEncoding)
+        ready_now = (
+            select(now.id)
+            .where(
+                now.fact_id == FactEncoding.fact_id,
+                now.fact_version == Fact.version,
+                now.model == config.model,
+                now.window == config.window,
+                now.encoding_version == config.version,
+                now.status == EncodingStatus.READY,
+            )
+            .exists()
+        )
+        rows = self.session.execute(
+            select(FactEncoding, Fact.public_id)
+            .join(Fact, Fact.id == FactEncoding.fact_id)
+            .where(
+                FactEncoding.tenant_id == self.tenant_uuid,
+                or_(
+                    FactEncoding.model != config.model,
+                    FactEncoding.window != config.window,
+                    FactEncoding.encoding_version != config.version,
+                ),
+                or_(Fact.deleted_at.is_not(None), ready_now),
+            )
+            .order_by(FactEncoding.id)
+            .limit(limit)
+        )
+        return [(row, public_id) for row, public_id in rows.tuples()]
+
+    def delete(self, row_ids: Sequence[int]) -> None:
+        self.session.execute(
+            delete(FactEncoding).where(
+                FactEncoding.tenant_id == self.tenant_uuid, FactEncoding.id.in_(row_ids)
             )
         )

@@ -49,6 +49,12 @@ def fact_key(tenant: TenantId, fact: Fact | FactBrief, config: EncodingConfig) -
     return FactKey.for_fact(tenant, str(fact.public_id), fact.version, config)
 
 
+def recorded_key(tenant: TenantId, public_id: uuid.UUID, row: FactEncoding) -> FactKey:
+    """The KV an encoding row records: its fact version under its own config."""
+    config = EncodingConfig(row.model, row.window, row.encoding_version)
+    return FactKey.for_fact(tenant, str(public_id), row.fact_version, config)
+
+
 class MemoryService:
     def __init__(self, ctx: TenantContext, splits: Splits | None = None) -> None:
         self.ctx = ctx
@@ -284,12 +290,7 @@ class MemoryService:
         under the current config (a job may be storing it right now)."""
         current = fact_key(self.ctx.tenant, fact, self.ctx.engine.encoding_config())
         recorded = [
-            FactKey.for_fact(
-                self.ctx.tenant,
-                str(fact.public_id),
-                row.fact_version,
-                EncodingConfig(row.model, row.window, row.encoding_version),
-            )
+            recorded_key(self.ctx.tenant, fact.public_id, row)
             for row in self.encodings.for_fact(fact.id)
         ]
         return list(dict.fromkeys([*recorded, current]))

@@ -15,6 +15,7 @@ class TaskName(enum.StrEnum):
     EXTRACT_MEMORIES = "inferscale.extract_memories"
     RELAY_OUTBOX = "inferscale.relay_outbox"
     REENCODE_STALE = "inferscale.reencode_stale"
+    PURGE_SUPERSEDED = "inferscale.purge_superseded"
 
 
 class Queue(enum.StrEnum):
@@ -25,6 +26,7 @@ class Queue(enum.StrEnum):
 GPU_TASKS = frozenset({TaskName.ENCODE_FACTS, TaskName.EXTRACT_MEMORIES})
 RELAY_EVERY_S = 15.0  # beat sends the outbox's relay (and the stalled-job recovery) this often
 REENCODE_EVERY_S = 600.0  # and the re-encoding sweep this often
+PURGE_SUPERSEDED_EVERY_S = 3600.0  # and the sweep of KV an earlier config wrote this often
 
 
 def queue_for(task: str) -> Queue:
@@ -34,5 +36,9 @@ def queue_for(task: str) -> Queue:
 def beat_schedule() -> dict[str, dict[str, Any]]:
     return {
         "reencode-stale": {"task": str(TaskName.REENCODE_STALE), "schedule": REENCODE_EVERY_S},
+        "purge-superseded": {
+            "task": str(TaskName.PURGE_SUPERSEDED),
+            "schedule": PURGE_SUPERSEDED_EVERY_S,
+        },
         "relay-outbox": {"task": str(TaskName.RELAY_OUTBOX), "schedule": RELAY_EVERY_S},
     }

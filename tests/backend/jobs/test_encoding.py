@@ -13,7 +13,7 @@ from backend.db.models import EncodingStatus
 from backend.db.session import session_scope
 from backend.repositories.encodings import EncodingRepository
 from backend.services.memories import MemoryService, fact_key
-from gpu_runtime.types import TenantId
+from gpu_runtime.types import FactKey, TenantId
 from tests.support import TenantHandle, kv_disk
 
 pytestmark = pytest.mark.engine
@@ -46,3 +46,38 @@ def test_concurrent_jobs_for_one_fact_encode_it_once(
     assert stored_at is not None
     assert encode_facts(tenant.value, [public_id], None, resources.engine) == 0
     assert kv_disk().locate(key) == stored_at  # not written again
+
+
+def test_kv_of_an_earlier_encoding_version_is_purged_once_the_new_one_is_ready(
+    api: Any, make_tenant: Callable[[], TenantHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After an encoding-version bump the facts are re-encoded under the new key; beat's sweep
+    then purges the old version's KV and rows, but not before the new version is stored."""
+    from backend.jobs.encoding import encode_facts, purge_superseded
+
+    engine = api.app.state.resources.engine
+    tenant = TenantId(make_tenant().id)
+    with session_scope() as session:
+        service = MemoryService(api.app.state.resources.tenant_context(session, tenant))
+        (fact,) = service.add("alice", ["The user's locker code is 4471."], encode=False)
+        session.flush()
+        public_id, row_id = str(fact.public_id), fact.id
+        old_key = fact_key(tenant, fact, engine.encoding_config())
+    assert encode_facts(tenant.value, [public_id], None, engine) == 1
+
+    bumped = engine.settings.model_copy(update={"encoding_version": old_key.encoding_version + 1})
+    monkeypatch.setattr(engine, "settings", bumped)
+    new_key = FactKey.for_fact(tenant, public_id, 1, engine.encoding_config())
+    assert new_key != old_key
+    assert purge_superseded(engine=engine) == 0  # the new version is not stored yet
+    assert kv_disk().exists(old_key)
+
+    assert encode_facts(tenant.value, [public_id], None, engine) == 1
+    assert purge_superseded(engine=engine) == 1
+    disk = kv_disk()
+    assert not disk.exists(old_key) and disk.exists(new_key)
+    assert engine.stored(tenant, [old_key, new_key]) == [False, True]
+    with session_scope() as session:
+        (row,) = EncodingRepository(session, tenant).for_fact(row_id)
+        assert (row.encoding_version, row.status) == (new_key.encoding_version, "ready")
+    assert purge_superseded(engine=engine) == 0  # nothing left to sweep
