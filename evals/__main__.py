@@ -103,12 +103,19 @@ def main(argv: list[str] | None = None) -> int:
         help="what each fact is encoded after, past the facts header (default: the product's "
         "FACT_CONTEXT; '' for nothing)",
     )
+    parser.add_argument(
+        "--fact-order",
+        choices=["product", "reversed"],
+        default="product",
+        help="product: least to most relevant, as the API composes; reversed: most relevant "
+        "first (a control: the same facts, only their order changed)",
+    )
     parser.add_argument("--out", type=Path, default=Path("runs/eval/locomo"))
     args = parser.parse_args(given)
 
     from backend.core.config import Settings
     from backend.core.paths import locomo_dir
-    from evals.locomo import EvalSettings, Mode, run_eval
+    from evals.locomo import EvalSettings, FactOrder, Mode, run_eval
     from evals.report import to_markdown, write_outputs
     from gpu_runtime.client.http import RuntimeClient
     from gpu_runtime.client.launch import RuntimeProcess
@@ -138,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
         memories=ConversationMemories(args.memories),
         fact_context=None if args.fact_context is None else args.fact_context.replace("\\n", "\n"),
+        fact_order=FactOrder(args.fact_order),
     )
     token = RuntimeSettings().service_token
     disk_root = tempfile.mkdtemp(prefix="inferscale-eval-kv-")  # throwaway fact KV

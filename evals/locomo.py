@@ -70,6 +70,21 @@ _LABEL = re.compile(r"^(short answer|answer)\s*:\s*", re.IGNORECASE)
 Log = Callable[[str], None]
 
 
+class FactOrder(enum.StrEnum):
+    """Where the retrieved facts go in the prompt. The product's order puts the most relevant
+    last, nearest the question (and, in hybrid mode, among the prefilled); the reversed order is
+    a control: the same facts and tokens in another order, to measure how far the model's
+    answer moves when nothing but the layout changes."""
+
+    PRODUCT = "product"  # least to most relevant, as the API's chat composes
+    REVERSED = "reversed"  # most to least relevant
+
+
+def ordered(fact_ids: Sequence[int], order: FactOrder) -> list[int]:
+    """The retrieved ids (best first) in the order the prompt places them."""
+    return list(reversed(fact_ids)) if order is FactOrder.PRODUCT else list(fact_ids)
+
+
 class Mode(enum.StrEnum):
     KV = "kv"
     HYBRID = "hybrid"  # the k - r least relevant facts injected, the r most relevant prefilled
@@ -96,6 +111,7 @@ class EvalSettings:
     keyword_weight: float = 0.5  # BM25's weight in the fused ranking, as the API serves (0: dense)
     memories: ConversationMemories = ConversationMemories.OBSERVATIONS  # what an import keeps
     fact_context: str | None = None  # what each fact is encoded after (None: the product's)
+    fact_order: FactOrder = FactOrder.PRODUCT
 
 
 @dataclass(frozen=True)
@@ -246,7 +262,11 @@ def run_eval(
         "recompute_budgets": list(settings.recompute_budgets),
         "hybrid_ks": list(settings.hybrid_ks),
         "hybrid_windows": list(settings.hybrid_windows),
-        "fact_order": "least to most relevant (the most relevant last, nearest the question)",
+        "fact_order": (
+            "least to most relevant (the most relevant last, nearest the question)"
+            if settings.fact_order is FactOrder.PRODUCT
+            else "most to least relevant (reversed: a control, not the product's order)"
+        ),
         "concurrency": settings.concurrency,
         "max_questions": settings.max_questions,
         "categories": list(settings.categories),
@@ -323,10 +343,11 @@ def _ask(
     settings: EvalSettings,
 ) -> Asked:
     """Compose (in the caller's thread: the tokenizer is not shared across threads). Facts go
-    least to most relevant in every mode, as the platform's chat composes them."""
+    least to most relevant in every mode, as the platform's chat composes them (unless the run
+    asks for the reversed order)."""
     w = config.w or 0
-    ordered = list(reversed(fact_ids))
-    facts = [FactText(_fact_key(tenant, conv, i, runtime, w), conv.facts[i]) for i in ordered]
+    placed = ordered(fact_ids, settings.fact_order)
+    facts = [FactText(_fact_key(tenant, conv, i, runtime, w), conv.facts[i]) for i in placed]
     query, options = build_query(question, settings.seed)
     composer = runtime.composer()
     injected = config.injected([composer.fact_length(tenant, f.text) for f in facts])

@@ -213,6 +213,7 @@ def to_markdown(result: dict[str, Any], with_notes: bool = True) -> str:
             if "fact_context" in config
             else []
         ),
+        *([f"- facts placed {config['fact_order']}"] if "fact_order" in config else []),
         f"- wall time {_fmt(timing.get('total_s'), 0)} s "
         f"(fact encoding {_fmt(timing.get('encode_s'), 0)} s)",
         "",

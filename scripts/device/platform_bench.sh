@@ -23,6 +23,9 @@
 #   bash scripts/device/platform_bench.sh locomo-line # the dev set with each fact one plain line
 #                                                   # (no "- "), kv, hybrid, prompt at k = 5..50,
 #                                                   # compared with locomo-day
+#   bash scripts/device/platform_bench.sh locomo-order # kv and prompt, prompt again, prompt with
+#                                                   # the facts reversed, prompt in float32: the
+#                                                   # model's own sensitivity beside kv's agreement
 #   bash scripts/device/platform_bench.sh runtime-peer # after serve: the runtime's own API against
 #                                                   # the peer, TTFT k = 0/50 (free KV too) and 100
 #                                                   # users' requests/s (issue 29's table)
@@ -237,6 +240,39 @@ case ${1:-} in
     python3 -m evals margins "$res/locomo/eval.json" --out "$res/margins.md" || true
     tail -60 "$res/locomo.log"
     ;;
+  locomo-order)
+    # Issue 28's first-token agreement against the model's own sensitivity: the dev set in kv
+    # and prompt mode (the product's order), prompt mode again (run-to-run noise), and prompt
+    # mode with the same facts in the reversed order (most relevant first: nothing but the
+    # layout changed), prompt mode in float32 (nothing but the arithmetic changed), each with a
+    # runtime of its own; then each pair question by question.
+    # PARTS: which of the four runs (a b c d) this call makes, the comparisons of those it has.
+    eval=(python3 -m evals locomo --files data/locomo --hits docs/results/locomo/hits-fused.json
+          --keyword-weight 0.5 --concurrency 64 --max-tokens 24 --dtype bfloat16
+          --ks "${KS:-5,20,50}" --windows 0 --fact-kv-dtype native)
+    for part in ${PARTS:-a b c}; do
+      case $part in
+        a) args=(--modes kv,prompt) ;;
+        b) args=(--modes prompt) ;;
+        c) args=(--modes prompt --fact-order reversed) ;;
+        d) args=(--modes prompt --dtype float32) ;;
+      esac
+      INFERSCALE_GPU_MEMORY_UTILIZATION=0.5 "${eval[@]}" "${args[@]}" --out "$res/locomo-$part" \
+        > "$res/locomo-$part.log" 2>&1 || echo "eval $part exit $?"
+      tail -5 "$res/locomo-$part.log"
+    done
+    [ -f "$res/locomo-a/eval.json" ] && [ -f "$res/locomo-b/eval.json" ] && python3 -m evals \
+      compare "$res/locomo-a/eval.json" "$res/locomo-b/eval.json" --names "first,again" \
+      --out "$res/compare-again.md" && cat "$res/compare-again.md"
+    [ -f "$res/locomo-a/eval.json" ] && [ -f "$res/locomo-c/eval.json" ] && python3 -m evals \
+      compare "$res/locomo-a/eval.json" "$res/locomo-c/eval.json" --names "product order,reversed" \
+      --out "$res/compare-reversed.md" && cat "$res/compare-reversed.md"
+    [ -f "$res/locomo-a/eval.json" ] && [ -f "$res/locomo-d/eval.json" ] && python3 -m evals \
+      compare "$res/locomo-a/eval.json" "$res/locomo-d/eval.json" --names "bfloat16,float32" \
+      --out "$res/compare-float32.md" && cat "$res/compare-float32.md"
+    [ -f "$res/locomo-a/eval.json" ] && python3 -m evals margins "$res/locomo-a/eval.json" \
+      --out "$res/margins.md"
+    ;;
   runtime-peer)
     # Issue 29's table through the runtime's own HTTP API (no tenant API): TTFT at k = 0 and 50
     # in prompt, kv and free-KV modes and the peer, then 100 streaming users at k=50 (32 tokens),
@@ -299,7 +335,7 @@ case ${1:-} in
       2>&1 | tee -a "$res/faiss-tests.log" | tail -25
     python3 -m bench.serve.faiss_search --out "$res/faiss-search-h200.json"
     ;;
-  *) sed -n 2,28p "$0"; exit 2 ;;
+  *) sed -n "2,44p" "$0"; exit 2 ;;
 esac
 cp /opt/platform/logs/*.log "$res/" 2>/dev/null || true
 cat "$res"/serve-*/serve.md 2>/dev/null
