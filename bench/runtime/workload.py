@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpu_runtime.client import protocol as p
+from gpu_runtime.client.composer import fact_line
 from gpu_runtime.client.http import RuntimeClient
 from gpu_runtime.types import EncodingConfig, FactKey, Span, TenantId
 
@@ -27,7 +28,7 @@ def locomo_facts(folder: Path, limit: int) -> list[str]:
         conv = data.get("conversation", data)
         for key, value in conv.items():
             if key.endswith("_observation"):
-                facts += [f"- {f[0]}\n" for per_speaker in value.values() for f in per_speaker]
+                facts += [fact_line(f[0]) for per_speaker in value.values() for f in per_speaker]
     if not facts:
         raise FileNotFoundError(f"no LoCoMo observations under {folder}")
     return facts[:limit]
@@ -54,7 +55,7 @@ def locomo_windows(folder: Path, limit: int, window: int) -> list[tuple[list[str
                 for text, evidence, *_ in per_speaker:
                     ref = evidence[0] if isinstance(evidence, list) and evidence else evidence
                     end = where.get(str(ref), 0)
-                    samples.append((turns[max(0, end - window) : end], f"- {text}\n"))
+                    samples.append((turns[max(0, end - window) : end], fact_line(text)))
     return samples[:limit]
 
 
