@@ -13,7 +13,8 @@ cd "$(dirname "$0")/../.."
 bundle=${VLLM_BUNDLE_CACHE:-$HOME/.cache/vllm-bundle}
 # A chunk plus the working tree (tracked files: the committed results grow) must stay under
 # 64 MiB a call: the chunk takes what the tree leaves, less 2 MiB for what is not committed yet.
-tree_mb=$(( $(git ls-files -z | du -cb --files0-from=- | tail -1 | cut -f1) / 1048576 + 1 ))
+# (files set aside by scripts/device/slim_tree.sh do not travel and are not counted)
+tree_mb=$(( $( { git ls-files -z | du -cb --files0-from=- 2>/dev/null || true; } | tail -1 | cut -f1) / 1048576 + 1 ))
 chunk_mb=${CHUNK_MB:-$(( 62 - tree_mb ))}
 echo "working tree ${tree_mb} MiB: chunks of ${chunk_mb} MiB"
 [ -f "$bundle/vllm.tar.zst" ] || { echo "run ../shared/device/build-bundle.sh first" >&2; exit 1; }
