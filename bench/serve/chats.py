@@ -48,6 +48,7 @@ class Workload:
     model: str = "inferscale"
     peer_store: str | None = None  # the peer's Mem0 folder (``open_memory``)
     first: int = 0  # chat ``i`` asks question ``first + i`` (``cell_questions``)
+    chat_timeout_s: float = 120.0  # a chat not ended by then fails as ``ChatStalled``
 
     @property
     def peer(self) -> bool:
@@ -89,6 +90,29 @@ def cell_questions(
             offsets[(n, k)] = at
             at += n * per_user
     return offsets
+
+
+@dataclass
+class Progress:
+    """How far one chat got: what a stalled chat's failure reports (no first chunk means it
+    never left the server's side; chunks then silence means its stream stopped mid-way)."""
+
+    sent: float = field(default_factory=time.perf_counter)
+    first_chunk: float | None = None  # any SSE chunk (the platform's role chunk comes first)
+    content_chunks: int = 0
+
+
+class ChatStalled(Exception):
+    """A chat that did not end within the cell's ``chat_timeout_s``."""
+
+    def __init__(self, timeout_s: float, progress: Progress) -> None:
+        first = progress.first_chunk
+        where = (
+            "no chunk" if first is None
+            else f"first chunk at {(first - progress.sent) * 1000:.0f} ms, "
+            f"{progress.content_chunks} with text"
+        )  # fmt: skip
+        super().__init__(f"not ended after {timeout_s:.0f} s ({where})")
 
 
 @dataclass
@@ -151,10 +175,13 @@ def parts_of(extension: dict[str, Any], client_ttft: float) -> dict[str, float]:
     return parts
 
 
-async def platform_chat(sdk: Any, workload: Workload, index: int) -> Sample:
+async def platform_chat(
+    sdk: Any, workload: Workload, index: int, progress: Progress | None = None
+) -> Sample:
     """One streamed chat through the API, the memories retrieved and served there."""
     question = workload.question(index)
-    sent = time.perf_counter()
+    progress = progress or Progress()
+    sent = progress.sent
     first: float | None = None
     extension: dict[str, Any] = {}
     chunks = 0
@@ -164,9 +191,11 @@ async def platform_chat(sdk: Any, workload: Workload, index: int) -> Sample:
         extra_body={"memory": {"mode": workload.mode, "top_k": workload.k}},
     )  # fmt: skip
     async for chunk in stream:
+        progress.first_chunk = progress.first_chunk or time.perf_counter()
         if chunk.choices and chunk.choices[0].delta.content:
             first = first or time.perf_counter()
             chunks += 1
+            progress.content_chunks = chunks
         extra = chunk.model_extra or {}
         if "inferscale" in extra:
             extension = extra["inferscale"]
@@ -206,10 +235,13 @@ def messages_for(facts: list[str], question: str) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": question}]
 
 
-async def peer_chat(sdk: Any, memory: Any, workload: Workload, index: int) -> Sample:
+async def peer_chat(
+    sdk: Any, memory: Any, workload: Workload, index: int, progress: Progress | None = None
+) -> Sample:
     """Mem0's search in the app's process (a thread: it blocks), then vLLM's server."""
     question = workload.question(index)
-    sent = time.perf_counter()
+    progress = progress or Progress()
+    sent = progress.sent
     facts: list[str] = []
     if workload.k:
         found = await asyncio.to_thread(
@@ -225,8 +257,10 @@ async def peer_chat(sdk: Any, memory: Any, workload: Workload, index: int) -> Sa
     )  # fmt: skip
     first: float | None = None
     async for chunk in stream:
-        if first is None and chunk.choices and chunk.choices[0].delta.content:
-            first = time.perf_counter()
+        progress.first_chunk = progress.first_chunk or time.perf_counter()
+        if chunk.choices and chunk.choices[0].delta.content:
+            first = first or time.perf_counter()
+            progress.content_chunks += 1
     first = first or time.perf_counter()
     parts = {"search": (searched - sent) * 1000, "compose": (composed - searched) * 1000,
              "server": (first - composed) * 1000}  # fmt: skip
@@ -237,18 +271,25 @@ async def run_users(
     workload: Workload, users: list[int], sdks: list[Any], memory: Any = None
 ) -> Outcome:
     """``users`` side by side, each its ``per_user`` chats in turn (user ``u`` asks questions
-    ``u * per_user`` on)."""
+    ``u * per_user`` on). A chat that has not ended after ``chat_timeout_s`` is given up and
+    counted as failed (``ChatStalled``, saying how far it got), so one stuck stream cannot hold
+    the whole cell."""
     outcome = Outcome()
 
     async def user(u: int) -> None:
         for r in range(workload.per_user):
             index = u * workload.per_user + r
+            progress = Progress()
             try:
                 sdk = sdks[u % len(sdks)]
-                if workload.peer:
-                    sample = await peer_chat(sdk, memory, workload, index)
-                else:
-                    sample = await platform_chat(sdk, workload, index)
+                chat = (
+                    peer_chat(sdk, memory, workload, index, progress) if workload.peer
+                    else platform_chat(sdk, workload, index, progress)
+                )  # fmt: skip
+                try:
+                    sample = await asyncio.wait_for(chat, workload.chat_timeout_s)
+                except TimeoutError:
+                    raise ChatStalled(workload.chat_timeout_s, progress) from None
                 outcome.samples.append(sample)
             except Exception as exc:
                 outcome.failed(exc)

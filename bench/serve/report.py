@@ -32,6 +32,11 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {engine:.1f} | {ttft['median'] - engine:.1f} | {r['requests_per_s']:.2f} "
             f"| {r['failures']} | {r['healthz_ms']['p95']:.1f} ({r['healthz_ms']['max']:.1f}) |"
         )
+    failed = [r for r in result["cells"] if r.get("errors")]
+    if failed:  # a stalled chat says how far it got (``chats.ChatStalled``)
+        lines += ["", "Failures by kind:", ""]
+        lines += [f"* {r['users']} users, k={r['k']}, {r['mode']}: {kind} ({n}x)"
+                  for r in failed for kind, n in r["errors"].items()]  # fmt: skip
     lines += ["", "Where the client's TTFT went (medians, ms):", "",
               "| users | k | mode | " + " | ".join(PARTS) + " | query embedded on |",
               "|---|---|---|" + "---|" * (len(PARTS) + 1)]  # fmt: skip
