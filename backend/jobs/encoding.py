@@ -115,6 +115,12 @@ def _mark_ready(row: FactEncoding, nbytes: int) -> None:
     row.status, row.nbytes, row.tier, row.error = EncodingStatus.READY, nbytes, "disk", ""
 
 
+def _live_tenants() -> list[TenantId]:
+    """Every live tenant, read once (beat's sweeps then open a transaction per tenant)."""
+    with session_scope() as session:
+        return [TenantId(str(t)) for t in TenantRepository(session).live_ids()]
+
+
 def reencode_stale(limit_per_tenant: int = 500) -> int:
     """Beat: schedule encoding for live facts lacking a ready encoding under the current
     config (new model, w or version, or a failed earlier job), and for facts recorded ready
@@ -124,10 +130,7 @@ def reencode_stale(limit_per_tenant: int = 500) -> int:
     client = resources.engine
     config = client.encoding_config()
     scheduled = 0
-    with session_scope() as session:
-        tenants = TenantRepository(session).live_ids()
-    for tenant_uuid in tenants:
-        tenant = TenantId(str(tenant_uuid))
+    for tenant in _live_tenants():
         with session_scope() as session:
             encodings = EncodingRepository(session, tenant)
             todo = encodings.missing(config, limit_per_tenant) + _lost(
@@ -160,10 +163,7 @@ def purge_superseded(limit_per_tenant: int = 500, engine: EngineClient | None = 
     client = engine or process_resources().engine
     config = client.encoding_config()
     purged = 0
-    with session_scope() as session:
-        tenants = TenantRepository(session).live_ids()
-    for tenant_uuid in tenants:
-        tenant = TenantId(str(tenant_uuid))
+    for tenant in _live_tenants():
         with session_scope() as session:
             encodings = EncodingRepository(session, tenant)
             rows = encodings.superseded(config, limit_per_tenant)

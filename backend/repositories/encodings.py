@@ -5,13 +5,28 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import ColumnElement, delete, func, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import aliased
+from sqlalchemy.orm.util import AliasedClass
 
 from backend.db.models import EncodingStatus, Fact, FactEncoding
 from backend.repositories.base import TenantScoped
 from gpu_runtime.types import EncodingConfig
+
+
+def _ready_now(
+    row: type[FactEncoding] | AliasedClass[FactEncoding], config: EncodingConfig
+) -> list[ColumnElement[bool]]:
+    """``row`` is a ready encoding of its fact's current version (``Fact``, joined or
+    correlated) under ``config``."""
+    return [
+        row.fact_version == Fact.version,
+        row.model == config.model,
+        row.window == config.window,
+        row.encoding_version == config.version,
+        row.status == EncodingStatus.READY,
+    ]
 
 
 class EncodingRepository(TenantScoped):
@@ -103,11 +118,7 @@ class EncodingRepository(TenantScoped):
                     Fact.tenant_id == self.tenant_uuid,
                     Fact.deleted_at.is_(None),
                     Fact.id > after_id,
-                    FactEncoding.fact_version == Fact.version,
-                    FactEncoding.model == config.model,
-                    FactEncoding.window == config.window,
-                    FactEncoding.encoding_version == config.version,
-                    FactEncoding.status == EncodingStatus.READY,
+                    *_ready_now(FactEncoding, config),
                 )
                 .order_by(Fact.id)
                 .limit(limit)
@@ -121,11 +132,7 @@ class EncodingRepository(TenantScoped):
             .where(
                 FactEncoding.tenant_id == self.tenant_uuid,
                 FactEncoding.fact_id == Fact.id,
-                FactEncoding.fact_version == Fact.version,
-                FactEncoding.model == config.model,
-                FactEncoding.window == config.window,
-                FactEncoding.encoding_version == config.version,
-                FactEncoding.status == EncodingStatus.READY,
+                *_ready_now(FactEncoding, config),
             )
             .exists()
         )
@@ -147,14 +154,7 @@ class EncodingRepository(TenantScoped):
         now = aliased(FactEncoding)
         ready_now = (
             select(now.id)
-            .where(
-                now.fact_id == FactEncoding.fact_id,
-                now.fact_version == Fact.version,
-                now.model == config.model,
-                now.window == config.window,
-                now.encoding_version == config.version,
-                now.status == EncodingStatus.READY,
-            )
+            .where(now.fact_id == FactEncoding.fact_id, *_ready_now(now, config))
             .exists()
         )
         rows = self.session.execute(
