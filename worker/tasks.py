@@ -109,5 +109,5 @@ def reencode_stale() -> int:
 
 @celery_app.task(name=TaskName.PURGE_SUPERSEDED)  # type: ignore[untyped-decorator]
 def purge_superseded() -> int:
-    """KV an earlier encoding config wrote, once every fact it covered is ready under today's."""
+    """KV an earlier encoding config wrote, each fact's once it is ready under today's config."""
     return encoding.purge_superseded()
