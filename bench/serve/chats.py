@@ -184,7 +184,6 @@ async def platform_chat(
     sent = progress.sent
     first: float | None = None
     extension: dict[str, Any] = {}
-    chunks = 0
     stream = await sdk.chat.completions.create(
         model=workload.model, user=BENCH_USER, stream=True, temperature=0,
         max_tokens=workload.max_tokens, messages=[{"role": "user", "content": question}],
@@ -194,15 +193,16 @@ async def platform_chat(
         progress.first_chunk = progress.first_chunk or time.perf_counter()
         if chunk.choices and chunk.choices[0].delta.content:
             first = first or time.perf_counter()
-            chunks += 1
-            progress.content_chunks = chunks
+            progress.content_chunks += 1
         extra = chunk.model_extra or {}
         if "inferscale" in extra:
             extension = extra["inferscale"]
     first = first or time.perf_counter()
     ttft = (first - sent) * 1000
     embedded_on = extension.get("query_embedded_on")
-    return Sample(ttft, parts_of(extension, ttft), embedded_on, content_chunks=chunks)
+    return Sample(
+        ttft, parts_of(extension, ttft), embedded_on, content_chunks=progress.content_chunks
+    )
 
 
 def minilm_path() -> str:

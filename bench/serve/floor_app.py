@@ -17,7 +17,7 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 
-def _chunk(delta: dict[str, str], finish: str | None) -> str:
+def sse_chunk(delta: dict[str, str], finish: str | None) -> str:
     """One chunk as OpenAI's chat completions stream it."""
     choice = {"index": 0, "delta": delta, "finish_reason": finish}
     body = {"id": "chatcmpl-floor", "object": "chat.completion.chunk", "created": 0,
@@ -30,8 +30,8 @@ async def chat(request: Request) -> Response:
     await request.body()
 
     async def events() -> AsyncIterator[str]:
-        yield _chunk({"role": "assistant", "content": "x"}, None)
-        yield _chunk({}, "stop")
+        yield sse_chunk({"role": "assistant", "content": "x"}, None)
+        yield sse_chunk({}, "stop")
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")

@@ -5,7 +5,6 @@ SDK against a real server (uvicorn, Starlette) that stalls one question's stream
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 import threading
 import time
@@ -19,23 +18,17 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from bench.serve.chats import Outcome, Workload, run_users, sdks_for
-
-
-def _chunk(delta: dict[str, str], finish: str | None) -> str:
-    choice = {"index": 0, "delta": delta, "finish_reason": finish}
-    body = {"id": "c", "object": "chat.completion.chunk", "created": 0, "model": "m",
-            "choices": [choice]}  # fmt: skip
-    return f"data: {json.dumps(body)}\n\n"
+from bench.serve.floor_app import sse_chunk
 
 
 async def chat(request: Request) -> Response:
     question = (await request.json())["messages"][-1]["content"]
 
     async def events() -> AsyncIterator[str]:
-        yield _chunk({"role": "assistant", "content": "x"}, None)
+        yield sse_chunk({"role": "assistant", "content": "x"}, None)
         if question == "stall":
             await asyncio.Event().wait()  # the stream stops here and never ends
-        yield _chunk({}, "stop")
+        yield sse_chunk({}, "stop")
         yield "data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
