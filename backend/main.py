@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -29,7 +30,10 @@ from backend.api.routes import (
 from backend.core.config import Settings, get_settings
 from backend.resources import Resources
 from backend.runtime.client import EngineClient
+from gpu_runtime.client.inflight import TrackRequests, watch
 from gpu_runtime.client.process_probes import freeze_start_up_heap, watch_event_loop
+
+logger = logging.getLogger("backend.inflight")
 
 
 def create_app(settings: Settings | None = None, engine: EngineClient | None = None) -> FastAPI:
@@ -44,10 +48,14 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
         resources.engine.bind_loop(asyncio.get_running_loop())
         metrics.GC_PAUSES.install()
         watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
+        stuck = asyncio.create_task(
+            watch(resources.inflight, logger, metrics.publish_in_flight, metrics.count_stuck)
+        )
         try:
             yield
         finally:
             watching.cancel()
+            stuck.cancel()
         await resources.engine.aclose()  # the streaming sessions of this event loop
 
     app = FastAPI(
@@ -66,6 +74,7 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
     app.add_middleware(UnhandledErrors)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(RequestMetrics)
+    app.add_middleware(TrackRequests, inflight=resources.inflight)
     return app
 
 

@@ -27,6 +27,7 @@ from backend.services.context import TenantContext
 from backend.services.credentials import CredentialCache
 from backend.services.query_embedding import QueryEmbedder
 from backend.services.rate_limits import RateLimiter
+from gpu_runtime.client.inflight import InFlight
 from gpu_runtime.types import TenantId
 
 EMBEDDING_DIM = 384  # MiniLM-L6
@@ -47,6 +48,7 @@ class Resources:
     settings: Settings
     engine: EngineClient
     index: FactIndex = field(init=False)
+    inflight: InFlight = field(init=False)  # this process's requests by stage (the API's)
     enqueue: Send = send_to_broker
 
     def __post_init__(self) -> None:
@@ -58,6 +60,7 @@ class Resources:
             max_bytes=self.settings.index_cache_bytes,
         )
         s = self.settings
+        self.inflight = InFlight(s.stuck_request_s)
         self.index.keywords = KeywordCache(s.keyword_cache_bytes, s.retrieval_keyword_weight)
 
     @functools.cached_property

@@ -133,6 +133,9 @@ class RuntimeSettings(BaseSettings):
     # ~320 ms, 2-3 times a 40 s run; frozen, 4-6 passes took 26-53 ms in all, and 100 users'
     # kv requests/s rose from 157-163 to 170-179 (docs/benchmarks.md, "Run 13").
     gc_freeze_at_start: bool = True
+    # A request with no progress for this long is logged with where it waits and counted
+    # (gpu_runtime/client/inflight.py says why).
+    stuck_request_s: float = Field(default=30.0, gt=0)
     # The fidelity canary at start (gpu_runtime/server/canary.py): on a fixed probe the first
     # token's top-5 logprobs of kv and prompt mode may differ by at most this many nats (and agree
     # on the greedy token), else kv and hybrid requests are served as prompt mode. None: none.

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import aclosing
 from typing import Any
 
+from gpu_runtime.client.inflight import InFlight, Tracked
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.connector.hints import HintSender
 from gpu_runtime.connector.wire import WIRE_KEY, encode_params, segment_params
@@ -101,8 +102,11 @@ class InjectionRuntime:
         return self._epochs.get(tenant, 0)
 
     # ---- serving -------------------------------------------------------------------------
-    async def generate(self, request: Generation) -> AsyncIterator[Delta | Finish]:
-        """Streams ``Delta`` s, then one ``Finish``."""
+    async def generate(
+        self, request: Generation, tracked: Tracked | None = None
+    ) -> AsyncIterator[Delta | Finish]:
+        """Streams ``Delta`` s, then one ``Finish``; ``tracked``: the request in flight, moved
+        through its stages here (preamble, fair_gate, engine, streaming)."""
         received = time.perf_counter()
         if request.mode is Mode.KV and self.injection_off is not None:
             # The fidelity canary failed: the same tokens, prefilled (exact, only slower).
@@ -128,6 +132,8 @@ class InjectionRuntime:
         if request.mode is Mode.KV:
             segment = request.segment
             assert segment is not None  # (checked above)
+            if tracked is not None:
+                InFlight.move(tracked, "preamble")
             await self._ensure_preamble(tenant, request.token_ids, segment)
             params = segment_params(segment)
             # Blocks hold injected and computed positions: their layout is part of the salt.
@@ -141,7 +147,14 @@ class InjectionRuntime:
         finish: str | None = None
         trace: dict[str, float] | None = None
         async for output in self._run(
-            tenant, request.token_ids, salt, sampling, params, request.weight, sampling.resumable
+            tenant,
+            request.token_ids,
+            salt,
+            sampling,
+            params,
+            request.weight,
+            sampling.resumable,
+            tracked,
         ):
             best = output.outputs[0]
             if best.token_ids and first is None:
@@ -323,6 +336,7 @@ class InjectionRuntime:
         params: dict[str, Any] | None,
         weight: float | None = None,
         preemptible: bool = False,
+        tracked: Tracked | None = None,
     ) -> AsyncIterator[Any]:
         """vLLM's delta outputs for one request, through the fair gate. A ``preemptible``
         request asked to give its slot back (``Lease.yield_now``) is stopped in the engine and
@@ -340,6 +354,8 @@ class InjectionRuntime:
                 prompt = {"prompt_token_ids": [*token_ids, *generated], "cache_salt": salt}
                 request_id = f"isr-{self._prefix}-{next(self._ids)}"
                 gave_back = False
+                if tracked is not None:
+                    InFlight.move(tracked, "fair_gate")
                 # Closed explicitly: a client that goes away aborts its request in the engine now.
                 async with (
                     self.gate.slot(
@@ -347,7 +363,11 @@ class InjectionRuntime:
                     ) as lease,
                     aclosing(self.engine.generate(prompt, vllm_params, request_id)) as stream,
                 ):
+                    if tracked is not None:
+                        InFlight.move(tracked, "engine")
                     async for output in stream:
+                        if tracked is not None:
+                            _progressed(tracked)
                         new = output.outputs[0].token_ids
                         self.gate.charge_decode(lease, len(new))
                         generated.extend(new)
@@ -366,6 +386,14 @@ class InjectionRuntime:
             if self.dead:
                 raise EngineError(f"the engine stopped: {exc}") from exc
             raise
+
+
+def _progressed(tracked: Tracked) -> None:
+    """An output from the engine: streaming from the first on, each one progress."""
+    if tracked.stage == "streaming":
+        tracked.touch()
+    else:
+        InFlight.move(tracked, "streaming")
 
 
 def _wire(tenant: TenantId, key: FactKey) -> dict[str, Any]:

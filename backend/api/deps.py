@@ -24,6 +24,7 @@ from backend.services.context import TenantContext
 from backend.services.credentials import Credential
 from backend.services.rate_limits import Admission, TenantLimits
 from backend.services.tenants import TenantService
+from gpu_runtime.client.inflight import InFlight, tracked_of
 from gpu_runtime.types import TenantId
 
 # Dependencies that do no I/O are ``async def``: FastAPI runs a plain ``def`` dependency in the
@@ -149,10 +150,15 @@ def admit_tenant(
     included (``scope="request"``). When it started and ended go in the request's state (a
     chat reports them)."""
     started = time.perf_counter()
+    tracked = tracked_of(http.scope)
+    if tracked is not None:
+        InFlight.move(tracked, "admission", in_thread=True)
     caller = resolve_caller(resources, credentials, authorization)
     if caller.scope != "tenant" or caller.tenant_id is None:
         raise ForbiddenError("this endpoint needs a tenant key")
     tenant = TenantId(str(caller.tenant_id))
+    if tracked is not None:
+        tracked.tenant = tenant.value
     limits = effective_limits(caller.limits, resources.settings)
     try:
         admission = resources.limiter.admit(tenant, limits)
@@ -161,6 +167,8 @@ def admit_tenant(
         raise
     TENANT_REQUESTS.labels(tenant.value, "admitted").inc()
     http.scope.setdefault("state", {})[ADMITTED] = (started, time.perf_counter())
+    if tracked is not None:
+        InFlight.move(tracked, "admitted")  # (its task's, on the loop again)
     try:
         yield admission
     finally:

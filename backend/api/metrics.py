@@ -11,8 +11,16 @@ from __future__ import annotations
 
 import os
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
 
+from gpu_runtime.client.inflight import Tracked
 from gpu_runtime.client.process_probes import GC_BUCKETS, LAG_BUCKETS, GcPauses
 
 MULTIPROCESS_DIR = "PROMETHEUS_MULTIPROC_DIR"  # prometheus_client's own variable
@@ -49,6 +57,31 @@ GC_PAUSE = Histogram(
     buckets=GC_BUCKETS,
 )  # fmt: skip
 GC_PAUSES = GcPauses(GC_PAUSE)
+
+# Requests in flight by stage (gpu_runtime/client/inflight.py): summed over the live processes.
+IN_FLIGHT = Gauge(
+    "inferscale_api_requests_in_flight", "Requests in flight by stage (the API's)", ["stage"],
+    multiprocess_mode="livesum",
+)  # fmt: skip
+STUCK = Counter(
+    "inferscale_api_stuck_requests_total",
+    "Requests that made no progress for INFERSCALE_STUCK_REQUEST_S in a stage",
+    ["stage"],
+)
+_published: set[str] = set()
+
+
+def publish_in_flight(snapshot: dict[str, dict[str, float]]) -> None:
+    """This process's counts (a stage it no longer has any request in goes back to 0)."""
+    for stage in _published - snapshot.keys():
+        IN_FLIGHT.labels(stage).set(0)
+    for stage, entry in snapshot.items():
+        IN_FLIGHT.labels(stage).set(entry["count"])
+    _published.update(snapshot)
+
+
+def count_stuck(tracked: Tracked) -> None:
+    STUCK.labels(tracked.stage).inc()
 
 
 def render() -> bytes:

@@ -106,6 +106,11 @@ class Settings(BaseSettings):
     runtime_timeout_s: float = Field(
         default=300.0, gt=0, validation_alias="INFERSCALE_RUNTIME_TIMEOUT_S"
     )
+    # A request with no progress for this long is logged with where it waits (its thread's
+    # stack or its task's awaits) and counted (gpu_runtime/client/inflight.py says why).
+    stuck_request_s: float = Field(
+        default=30.0, gt=0, validation_alias="INFERSCALE_STUCK_REQUEST_S"
+    )
     # Where the API and the dashboard listen (`inferscale api`, `inferscale dashboard`).
     api_host: str = Field(default="127.0.0.1", validation_alias="INFERSCALE_API_HOST")
     api_port: int = Field(default=8000, ge=1, le=65535, validation_alias="INFERSCALE_API_PORT")

@@ -265,8 +265,10 @@ class EngineClient:
         mode: str,
         sampling: p.SamplingModel,
         weight: float = 1.0,
+        request_id: str | None = None,
     ) -> AsyncIterator[p.GenerateEvent]:
-        """``mode``: "kv" (inject the prompt's memory segment) or "prompt" (prefill it all)."""
+        """``mode``: "kv" (inject the prompt's memory segment) or "prompt" (prefill it all).
+        ``request_id``: the API's, so the runtime's logs name the same request."""
         request = p.GenerateRequest(
             tenant=tenant.value,
             token_ids=list(prompt.token_ids),
@@ -279,7 +281,7 @@ class EngineClient:
         for replica in self.replicas.order(tenant.value):
             started = False
             try:
-                async for event in replica.client.agenerate(request):
+                async for event in replica.client.agenerate(request, request_id):
                     if not started:
                         started = True
                         self.replicas.answered(replica)

@@ -75,6 +75,7 @@ class ChatRun:
     injected_tokens: int = 0
     cached_tokens: int = 0
     finish_reason: str | None = None
+    request_id: str | None = None  # the API's id of the request, carried to the runtime
 
     @property
     def engine_mode(self) -> str:
@@ -82,8 +83,9 @@ class ChatRun:
 
     async def stream(self) -> AsyncIterator[p.GenerateEvent]:
         events = self.engine.stream(
-            self.tenant, self.prompt, self.engine_mode, self.request.sampling, self.request.weight
-        )
+            self.tenant, self.prompt, self.engine_mode, self.request.sampling,
+            self.request.weight, self.request_id,
+        )  # fmt: skip
         sent = time.perf_counter()
         async for event in events:
             now = time.perf_counter()

@@ -34,6 +34,7 @@ from gpu_runtime.client.errors import (
     RuntimeUnavailableError,
 )
 from gpu_runtime.client.events import EventReader, read_events
+from gpu_runtime.client.inflight import REQUEST_ID_HEADER
 from gpu_runtime.client.template import ChatTemplate
 from gpu_runtime.client.tokenizer import TextStream, TextTokenizer
 
@@ -227,8 +228,11 @@ class RuntimeClient:
                 raise _unreachable(self.base_url, exc) from exc
             raise RuntimeStreamError(f"the runtime went away: {exc}", "unreachable") from exc
 
-    async def agenerate(self, request: p.GenerateRequest) -> AsyncIterator[p.GenerateEvent]:
-        """As ``generate``; the text is decoded here where the runtime can leave it to us."""
+    async def agenerate(
+        self, request: p.GenerateRequest, request_id: str | None = None
+    ) -> AsyncIterator[p.GenerateEvent]:
+        """As ``generate``; the text is decoded here where the runtime can leave it to us.
+        ``request_id``: the caller's id of the request (the runtime tracks it by that name)."""
         url = f"{self.base_url}/v1/generate"
         answered = False
         request = self._for_runtime(request)
@@ -237,7 +241,8 @@ class RuntimeClient:
             sampling = request.sampling.model_copy(update={"detokenize": False})
             request = request.model_copy(update={"sampling": sampling})
         try:
-            async with self._session().post(url, data=p.wire(request)) as response:
+            headers = {REQUEST_ID_HEADER: request_id} if request_id else None
+            async with self._session().post(url, data=p.wire(request), headers=headers) as response:
                 answered = True
                 self._seen_headers(response.headers)
                 if response.status >= 400:

@@ -317,6 +317,9 @@ class StatsResult(BaseModel):
     # queue: running, waiting, admitted, queued, queue_wait_s, preempted, tokens served, counter,
     # weight.
     fairness: dict[str, dict[str, float]] = {}
+    # This runtime's requests in flight by stage: how many, and the longest any has been in it
+    # (s); only when no tenant is named.
+    in_flight: dict[str, dict[str, float]] = {}
 
 
 class TraceRequest(_Body):

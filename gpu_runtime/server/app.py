@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from gpu_runtime.client.inflight import TrackRequests, watch
 from gpu_runtime.client.process_probes import freeze_start_up_heap, watch_event_loop
 from gpu_runtime.client.protocol import RUNTIME_ID_HEADER
 from gpu_runtime.config import RuntimeSettings, cuda_available
@@ -124,12 +125,14 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         metrics.GC_PAUSES.install()
         watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
+        stuck = asyncio.create_task(watch(state.inflight, logger, on_stuck=metrics.count_stuck))
         starting = asyncio.ensure_future(_start_engine(state))
         try:
             yield
         finally:
             starting.cancel()
             watching.cancel()
+            stuck.cancel()
             if state.runtime is not None:
                 state.runtime.shutdown()
 
@@ -145,6 +148,7 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
     app.include_router(api)
 
     app.add_middleware(IdentifyRuntime, runtime_id=state.runtime_id)
+    app.add_middleware(TrackRequests, inflight=state.inflight)
     return app
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
+from gpu_runtime.client.inflight import Tracked
 from gpu_runtime.client.process_probes import GC_BUCKETS, LAG_BUCKETS, GcPauses
 
 REGISTRY = CollectorRegistry()
@@ -34,15 +35,48 @@ EVENT_LOOP_LAG = Histogram(
     "embedding and request waited for the loop", buckets=LAG_BUCKETS, registry=REGISTRY,
 )  # fmt: skip
 GC_PAUSES = GcPauses(GC_PAUSE)
+STUCK = Counter(
+    "inferscale_runtime_stuck_requests", "Requests that made no progress for stuck_request_s "
+    "in a stage", ["stage"], registry=REGISTRY,
+)  # fmt: skip
 
 
-def render(workers: list[dict[str, Any]], fairness: dict[str, dict[str, float]]) -> bytes:
-    """The process's series plus the pool's, from the workers' stats of this scrape, and each
-    tenant's side of the fair gate (``FairGate.snapshot()``)."""
+def count_stuck(tracked: Tracked) -> None:
+    STUCK.labels(tracked.stage).inc()
+
+
+def render(
+    workers: list[dict[str, Any]],
+    fairness: dict[str, dict[str, float]],
+    in_flight: dict[str, dict[str, float]] | None = None,
+) -> bytes:
+    """The process's series plus the pool's, from the workers' stats of this scrape, each
+    tenant's side of the fair gate (``FairGate.snapshot()``) and the requests in flight by
+    stage (``InFlight.snapshot()``)."""
     pool = CollectorRegistry()
     pool.register(_PoolCollector(workers))
     pool.register(_FairnessCollector(fairness))
+    pool.register(_InFlightCollector(in_flight or {}))
     return generate_latest(REGISTRY) + generate_latest(pool)
+
+
+class _InFlightCollector:
+    def __init__(self, in_flight: dict[str, dict[str, float]]) -> None:
+        self.in_flight = in_flight
+
+    def collect(self) -> Any:
+        count = GaugeMetricFamily(
+            "inferscale_runtime_requests_in_flight", "Requests in flight by stage", labels=["stage"]
+        )
+        oldest = GaugeMetricFamily(
+            "inferscale_runtime_request_stage_oldest_seconds",
+            "The longest any request in flight has been in its stage", labels=["stage"],
+        )  # fmt: skip
+        for stage, entry in sorted(self.in_flight.items()):
+            count.add_metric([stage], entry["count"])
+            oldest.add_metric([stage], entry["oldest_s"])
+        yield count
+        yield oldest
 
 
 class _FairnessCollector:

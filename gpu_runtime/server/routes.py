@@ -9,10 +9,11 @@ import logging
 import os
 from collections.abc import AsyncIterator
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 
 from gpu_runtime.client import protocol as p
+from gpu_runtime.client.inflight import tracked_of
 from gpu_runtime.generation import (
     Delta,
     EncodeJob,
@@ -89,7 +90,8 @@ async def prometheus(state: StateDep) -> Response:
     workers = await state.runtime.stats(None) if state.runtime is not None else []
     fairness = state.runtime.gate.snapshot() if state.runtime is not None else {}
     return PlainTextResponse(
-        metrics.render(workers, fairness), media_type="text/plain; version=0.0.4"
+        metrics.render(workers, fairness, state.inflight.snapshot()),
+        media_type="text/plain; version=0.0.4",
     )
 
 
@@ -133,8 +135,11 @@ async def tokenizer(state: StateDep) -> Response:
 
 
 @api.post("/generate")
-async def generate(body: GenerateBody, runtime: RuntimeDep) -> StreamingResponse:
+async def generate(body: GenerateBody, runtime: RuntimeDep, http: Request) -> StreamingResponse:
     tenant = TenantId(body.tenant)
+    tracked = tracked_of(http.scope)
+    if tracked is not None:
+        tracked.tenant = tenant.value
     segment = segment_of(runtime, tenant, body.segment) if body.segment is not None else None
     s = body.sampling
     sampling = Sampling(
@@ -144,7 +149,7 @@ async def generate(body: GenerateBody, runtime: RuntimeDep) -> StreamingResponse
     )  # fmt: skip
     mode = Mode(body.mode)
     events = runtime.generate(
-        Generation(tenant, tuple(body.token_ids), mode, segment, sampling, body.weight)
+        Generation(tenant, tuple(body.token_ids), mode, segment, sampling, body.weight), tracked
     )
     # The first event is awaited here, so that what fails before any token (a prompt too long,
     # a bad segment, the engine down) is an HTTP error, not a stream that stops.
@@ -296,7 +301,9 @@ async def trace(body: p.TraceRequest, runtime: RuntimeDep) -> p.TraceResult:
 
 @api.get("/stats", response_model=p.StatsResult)
 async def stats(
-    runtime: RuntimeDep, tenant: str | None = Query(default=None, min_length=1, max_length=200)
+    runtime: RuntimeDep,
+    state: StateDep,
+    tenant: str | None = Query(default=None, min_length=1, max_length=200),
 ) -> p.StatsResult:
     who = TenantId(tenant) if tenant is not None else None
     workers = await runtime.stats(who)
@@ -308,4 +315,5 @@ async def stats(
         workers=workers,
         epoch=runtime.epoch(who) if who is not None else 0,
         fairness=fairness,
+        in_flight=state.inflight.snapshot() if tenant is None else {},
     )

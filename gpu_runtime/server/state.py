@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpu_runtime.client.inflight import InFlight
 from gpu_runtime.config import RuntimeSettings
 from gpu_runtime.query_embedder import QueryEmbedder
 from gpu_runtime.runtime import InjectionRuntime
@@ -28,3 +29,7 @@ class ServerState:
     # Ends the server gracefully (``python -m gpu_runtime serve`` sets it): a failure is then an
     # exit code of the process, not a signal it dies of.
     stop_server: Callable[[], None] | None = None
+    inflight: InFlight = field(init=False)  # requests by stage (``/v1/stats``, ``/metrics``)
+
+    def __post_init__(self) -> None:
+        self.inflight = InFlight(self.settings.stuck_request_s)

@@ -33,6 +33,7 @@ from backend.resources import Resources
 from backend.services.chat import ChatRequest, ChatRun, ChatService, MemoryMode, log_request
 from backend.services.rate_limits import Admission
 from gpu_runtime.client import protocol as p
+from gpu_runtime.client.inflight import InFlight, Tracked, tracked_of
 from gpu_runtime.types import TenantId
 
 router = APIRouter(prefix="/v1/chat", tags=["chat"], responses=error_responses(*AUTHED))
@@ -60,12 +61,15 @@ def _retrieve(
     request: ChatRequest,
     arrived: float | None,
     asked: str,
+    tracked: Tracked | None,
 ) -> tuple[ChatRun, str]:
     """Retrieval and composing in one thread, in a session of its own that only reads: a
     connection is never held while the request waits for a thread (two hops held one across
     the wait; at 100 concurrent chats the pool ran dry and 5 of 200 got a 503). Also the
     served model's name for ``asked`` (a 404 if it names another model)."""
     entered = time.perf_counter()
+    if tracked is not None:
+        InFlight.move(tracked, "retrieval", in_thread=True)
     model = openai_compat.served_model(resources.engine, resources.settings, asked)
     with read_session_factory()() as session:
         ctx = resources.tenant_context(session, tenant)
@@ -108,7 +112,13 @@ async def chat_completions(
     )
     state = http.scope.get("state", {})
     arrived = state.get(ARRIVED)
-    run, model = await run_in_threadpool(_retrieve, resources, tenant, request, arrived, body.model)
+    tracked = tracked_of(http.scope)
+    run, model = await run_in_threadpool(
+        _retrieve, resources, tenant, request, arrived, body.model, tracked
+    )
+    if tracked is not None:
+        InFlight.move(tracked, "first_token")
+        run.request_id = tracked.request_id
     if arrived is not None and ADMITTED in state:  # where the auth_db lap went
         admission_started, admitted = state[ADMITTED]
         run.timings_ms["auth_db_admitted"] = (admitted - arrived) * 1000
@@ -120,8 +130,11 @@ async def chat_completions(
     stream = ChatStream(completion_id, created, model, body)
     if body.stream:
         return StreamingResponse(
-            _sse(run, first, events, tenant, stream, admission), media_type="text/event-stream"
+            _sse(run, first, events, tenant, stream, admission, tracked),
+            media_type="text/event-stream",
         )
+    if tracked is not None:
+        InFlight.move(tracked, "generating")
     received = [first, *[event async for event in events]]
     text = "".join(event.text for event in received)
     await run_in_threadpool(_record, tenant, run, admission)
@@ -152,6 +165,7 @@ async def _sse(
     tenant: TenantId,
     stream: ChatStream,
     admission: Admission,
+    tracked: Tracked | None = None,
 ) -> AsyncIterator[str]:
     """One write per event the runtime client hands over (a burst of tokens when the API lags
     behind, docs/benchmarks.md): every write is a syscall, and a write per token was the API's
@@ -160,8 +174,12 @@ async def _sse(
 
     parts = [stream.chunk([choice({"role": "assistant", "content": ""}, None)])]
     event: p.GenerateEvent | None = first
+    if tracked is not None:
+        InFlight.move(tracked, "streaming")  # this task's (the response's own)
     try:
         while event is not None:
+            if tracked is not None:
+                tracked.touch()
             if event.text or (stream.want_logprobs and event.token_ids):
                 logprobs = stream.logprobs(run.engine, [event])
                 if logprobs is None:  # the common case, from a template

@@ -269,3 +269,25 @@ def test_a_chat_serves_a_memory_as_it_is_now(served: tuple[TestClient, Any]) -> 
     assert set(ask()[1]) == {code, other}
     assert http.delete(f"/v1/memories/{code}", headers=tenant.headers).status_code == 200
     assert ask()[1] == [other]
+
+
+def test_a_chat_is_tracked_by_stage_under_its_id_and_leaves_nothing_in_flight(
+    served: tuple[TestClient, Any], tenant_with_memory: TenantHandle
+) -> None:
+    """Each request is in flight under one id from arrival to its stream's end, in the API and
+    in the runtime (gpu_runtime/client/inflight.py): the id is answered, and once the chat
+    is over neither process holds it in any stage."""
+    http, engine = served
+    body = {"model": "inferscale", "messages": [{"role": "user", "content": QUESTION}],
+            "user": "alice", "max_tokens": 8, "stream": True, "memory": {"mode": "kv"}}  # fmt: skip
+    headers = {**tenant_with_memory.headers, "x-request-id": "chat-tracked-1"}
+    with http.stream("POST", "/v1/chat/completions", json=body, headers=headers) as response:
+        assert response.status_code == 200
+        assert response.headers["x-request-id"] == "chat-tracked-1"
+        assert "[DONE]" in "".join(response.iter_text())
+    fresh = http.get("/healthz")
+    assert len(fresh.headers["x-request-id"]) == 32  # none sent: a new one
+    inflight = http.app.state.resources.inflight  # type: ignore[attr-defined]
+    assert inflight.snapshot() == {}
+    runtime = engine.replicas.home(tenant_with_memory.id).client
+    assert set(runtime.stats().in_flight) == {"received"}  # only this stats request itself

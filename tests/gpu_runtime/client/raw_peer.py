@@ -11,9 +11,12 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def raw_peer(answer: Callable[[socket.socket], None]) -> Iterator[str]:
-    """Serves until the block ends: every connection's request is read, then ``answer(conn)``
-    writes what it wants and closes or resets the connection. Yields the base URL."""
+def raw_peer(
+    answer: Callable[[socket.socket], None], requests: list[bytes] | None = None
+) -> Iterator[str]:
+    """Serves until the block ends: every connection's request is read (and kept in
+    ``requests`` where given), then ``answer(conn)`` writes what it wants and closes or resets
+    the connection. Yields the base URL."""
     server = socket.create_server(("127.0.0.1", 0))
     stop = threading.Event()
 
@@ -24,7 +27,9 @@ def raw_peer(answer: Callable[[socket.socket], None]) -> Iterator[str]:
                 conn, _ = server.accept()
             except TimeoutError:
                 continue
-            conn.recv(65536)
+            received = conn.recv(65536)
+            if requests is not None:
+                requests.append(received)
             answer(conn)
 
     thread = threading.Thread(target=serve, daemon=True)

@@ -64,3 +64,31 @@ def test_a_peer_that_dies_before_answering_is_unavailable_after_it_a_broken_stre
         assert not isinstance(raised.value, RuntimeStreamError)
     with pytest.raises(expected):
         list(RuntimeClient(url, "token", timeout_s=10).generate(REQUEST))
+
+
+def test_the_callers_request_id_reaches_the_runtime_in_its_header() -> None:
+    """The API's id of a chat goes with its generate request, so the runtime tracks (and logs a
+    stuck one) under the same name (gpu_runtime/client/inflight.py)."""
+    requests: list[bytes] = []
+
+    done = b'{"event":"done","finish_reason":"stop"}\n'
+
+    def answer(conn: socket.socket) -> None:
+        body = LINE + done
+        conn.sendall(HEAD + f"{len(body):x}\r\n".encode() + body + b"\r\n0\r\n\r\n")
+        conn.close()
+
+    async def stream(url: str, request_id: str | None) -> list[p.GenerateEvent]:
+        client = RuntimeClient(url, "token", timeout_s=10)
+        try:
+            return [event async for event in client.agenerate(REQUEST, request_id)]
+        finally:
+            await client.aclose()
+
+    with raw_peer(answer, requests) as url:
+        named = asyncio.run(stream(url, "chat-7f3a"))
+        unnamed = asyncio.run(stream(url, None))
+    assert [e.event for e in named] == ["delta", "done"] == [e.event for e in unnamed]
+    heads = [r.split(b"\r\n\r\n")[0].lower() for r in requests]
+    assert b"\r\nx-request-id: chat-7f3a" in heads[0]
+    assert b"x-request-id" not in heads[1]
