@@ -124,6 +124,16 @@ case ${1:-} in
       grep -v "spaCy\|Hybrid (BM25)" "$log"
     fi
     gc_pauses after
+    # Requests in flight by stage, and any reported stuck (gpu_runtime/client/inflight.py): a
+    # run that stalled says where its chats stopped (the logs have each stuck one's stack).
+    { curl -s -H "Authorization: Bearer $INFERSCALE_SERVICE_TOKEN" http://127.0.0.1:8100/v1/stats \
+        | python3 -c 'import json, sys; print("runtime in_flight", json.load(sys.stdin)["in_flight"])'
+      curl -s -H "Authorization: Bearer $INFERSCALE_SERVICE_TOKEN" http://127.0.0.1:8100/metrics \
+        | grep -E "in_flight|stuck_requests|stage_oldest" | grep -v "^#"
+      curl -s http://127.0.0.1:8000/metrics | grep -E "in_flight|stuck_requests" | grep -v "^#"
+    } >"$res/inflight-after.txt" 2>&1
+    cat "$res/inflight-after.txt"
+    grep -h -A12 "stuck in" /opt/platform/logs/*.log | head -80
     # What the chat's two hops and its Postgres and Redis round trips cost alone on this host.
     [ "${FLOORS:-1}" = 1 ] && python3 -m bench floors --rounds 300 --out "$res/floors" | tail -8
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
