@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -9,6 +11,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
 from backend.errors import AppError
+
+logger = logging.getLogger(__name__)
 
 
 def error_body(code: str, message: str, param: str | None = None) -> dict[str, dict[str, str]]:
@@ -39,7 +43,9 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(sqlalchemy.exc.TimeoutError)
     @app.exception_handler(sqlalchemy.exc.OperationalError)
     async def _database(_: Request, exc: Exception) -> JSONResponse:
-        # No connection to Postgres (down, or none free in time): try again, not a 500.
+        # No connection to Postgres (down, or none free in time): try again, not a 500. The
+        # cause goes to the log: "saturated" has two (the pool's wait, the server's limit).
+        logger.warning("database unavailable (%s): %s", type(exc).__name__, str(exc)[:300])
         message = "the database is unavailable or saturated; retry shortly"
         return JSONResponse(error_body("database_unavailable", message), status_code=503)
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -59,26 +61,34 @@ def test_a_500_answers_json_and_the_connection_serves_the_next_request(
 
 
 @pytest.fixture
-def app_without_database() -> Iterator[int]:
-    """The API as its own process, its DATABASE_URL a port nothing listens on."""
+def app_without_database() -> Iterator[tuple[int, Path]]:
+    """The API as its own process, its DATABASE_URL a port nothing listens on (and its log)."""
     port = free_port()
     env = {
         **os.environ,
         "DATABASE_URL": f"postgresql+psycopg://postgres@127.0.0.1:{free_port()}/nothing",
     }
-    proc = spawn(api_args(port, "critical"), env, REPO / f".pytest-nodb-{port}.log")
+    log = REPO / f".pytest-nodb-{port}.log"
+    proc = spawn(api_args(port, "critical"), env, log)
     try:
         wait_healthy(f"http://127.0.0.1:{port}")
-        yield port
+        yield port, log
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        (REPO / f".pytest-nodb-{port}.log").unlink(missing_ok=True)
+        log.unlink(missing_ok=True)
 
 
-def test_postgres_down_is_a_503_with_a_clear_message(app_without_database: int) -> None:
-    response = httpx.get(f"http://127.0.0.1:{app_without_database}/v1/tenants", headers=ADMIN,
-                         timeout=30)  # fmt: skip
+def test_postgres_down_is_a_503_with_a_clear_message(
+    app_without_database: tuple[int, Path],
+) -> None:
+    port, log = app_without_database
+    response = httpx.get(f"http://127.0.0.1:{port}/v1/tenants", headers=ADMIN, timeout=30)
     assert response.status_code == 503, response.text
     error = response.json()["error"]
     assert error["code"] == "database_unavailable" and "retry" in error["message"]
+    # The operator's log says which of the two causes it was (here: no server at all).
+    deadline = time.monotonic() + 10
+    while "database unavailable (OperationalError)" not in log.read_text():
+        assert time.monotonic() < deadline, log.read_text()[-2000:]
+        time.sleep(0.1)
