@@ -53,6 +53,14 @@ class Settings(BaseSettings):
     )
     database_pool_size: int = Field(default=20, ge=1, validation_alias="DATABASE_POOL_SIZE")
     database_pool_overflow: int = Field(default=30, ge=0, validation_alias="DATABASE_POOL_OVERFLOW")
+    # Connections all of the API's processes may hold together: each process's pool is cut to
+    # its share (INFERSCALE_API_WORKERS). Postgres refuses connections beyond its
+    # max_connections (100 by default) with "too many clients", to the workers and migrations
+    # too: 4 API processes' pools of 50 did at 100 users on the CPU box. The rest of the
+    # server's limit is for the workers, beat, the dashboard and an operator.
+    database_max_connections: int = Field(
+        default=80, ge=1, validation_alias="DATABASE_MAX_CONNECTIONS"
+    )
     database_pool_timeout_s: float = Field(
         default=10.0, gt=0, validation_alias="DATABASE_POOL_TIMEOUT_S"
     )

@@ -9,21 +9,31 @@ from functools import lru_cache
 from sqlalchemy import Engine, create_engine
 from sqlalchemy.orm import Session, sessionmaker
 
-from backend.core.config import get_settings
+from backend.core.config import Settings, get_settings
 
 AFTER_COMMIT = "inferscale_after_commit"
+
+
+def pool_limits(settings: Settings) -> tuple[int, int]:
+    """(pool size, overflow) of one process: as configured, cut to its share of
+    ``DATABASE_MAX_CONNECTIONS`` among the API's processes, so that together they never reach
+    the server's own limit."""
+    share = max(1, settings.database_max_connections // settings.api_workers)
+    size = min(settings.database_pool_size, share)
+    return size, min(settings.database_pool_overflow, share - size)
 
 
 @lru_cache
 def get_engine() -> Engine:
     settings = get_settings()
+    size, overflow = pool_limits(settings)
     # The API retrieves in a thread pool of 40: its connections must not be the limit. Waiting
     # for one is bounded, and a wait that times out is a 503 (backend.api.errors).
     return create_engine(
         settings.database_url,
         pool_pre_ping=True,
-        pool_size=settings.database_pool_size,
-        max_overflow=settings.database_pool_overflow,
+        pool_size=size,
+        max_overflow=overflow,
         pool_timeout=settings.database_pool_timeout_s,
     )
 
@@ -34,7 +44,7 @@ def open_connections(count: int) -> int:
     engine = get_engine()
     held = []
     try:
-        for _ in range(min(count, get_settings().database_pool_size)):
+        for _ in range(min(count, pool_limits(get_settings())[0])):
             held.append(engine.connect())
     finally:
         for connection in held:
