@@ -29,6 +29,9 @@ export PATH=$BASE/pg/bin:\$PATH
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 export MEM0_TELEMETRY=False MEM0_DIR=$BASE/mem0
 export DATABASE_URL=postgresql+psycopg://postgres@127.0.0.1:5432/inferscale
+# The server here allows 500 (below): the API processes may hold 400 together (their pools as
+# configured, 8 x 50), the rest is the worker's, beat's and the bench's.
+export DATABASE_MAX_CONNECTIONS=400
 export REDIS_URL=redis://127.0.0.1:6379/0
 export INFERSCALE_HOME=$BASE/home INFERSCALE_KV_STORE_DIR=$BASE/kv
 export INFERSCALE_RUNTIME_URL=http://127.0.0.1:8100 INFERSCALE_API_PORT=8000
