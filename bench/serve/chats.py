@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from gpu_runtime.client.composer import DEFAULT_SYSTEM_PROMPT, FACTS_HEADER, fact_line
+from gpu_runtime.client.inflight import REQUEST_ID_HEADER
 
 BENCH_USER = "bench-user"  # whose memories every chat of the bench asks about
 
@@ -100,6 +101,7 @@ class Progress:
     sent: float = field(default_factory=time.perf_counter)
     first_chunk: float | None = None  # any SSE chunk (the platform's role chunk comes first)
     content_chunks: int = 0
+    request_id: str | None = None  # sent as ``x-request-id``: the servers' logs name the chat
 
 
 class ChatStalled(Exception):
@@ -112,7 +114,8 @@ class ChatStalled(Exception):
             else f"first chunk at {(first - progress.sent) * 1000:.0f} ms, "
             f"{progress.content_chunks} with text"
         )  # fmt: skip
-        super().__init__(f"not ended after {timeout_s:.0f} s ({where})")
+        named = f"{progress.request_id}: " if progress.request_id else ""
+        super().__init__(f"not ended after {timeout_s:.0f} s ({named}{where})")
 
 
 @dataclass
@@ -181,6 +184,7 @@ async def platform_chat(
     """One streamed chat through the API, the memories retrieved and served there."""
     question = workload.question(index)
     progress = progress or Progress()
+    progress.request_id = progress.request_id or f"bench-{workload.mode}-k{workload.k}-{index}"
     sent = progress.sent
     first: float | None = None
     extension: dict[str, Any] = {}
@@ -188,6 +192,7 @@ async def platform_chat(
         model=workload.model, user=BENCH_USER, stream=True, temperature=0,
         max_tokens=workload.max_tokens, messages=[{"role": "user", "content": question}],
         extra_body={"memory": {"mode": workload.mode, "top_k": workload.k}},
+        extra_headers={REQUEST_ID_HEADER: progress.request_id},
     )  # fmt: skip
     async for chunk in stream:
         progress.first_chunk = progress.first_chunk or time.perf_counter()

@@ -1,6 +1,7 @@
 """A chat whose stream never ends is given up after the cell's ``chat_timeout_s`` and counted
-as failed, saying how far it got, while the user's next chat still runs: the official OpenAI
-SDK against a real server (uvicorn, Starlette) that stalls one question's stream mid-way."""
+as failed, saying how far it got and under which request id, while the user's next chat still
+runs: the official OpenAI SDK against a real server (uvicorn, Starlette) that stalls one
+question's stream mid-way."""
 
 from __future__ import annotations
 
@@ -20,9 +21,12 @@ from starlette.routing import Route
 from bench.serve.chats import Outcome, Workload, run_users, sdks_for
 from bench.serve.floor_app import sse_chunk
 
+SEEN_IDS: list[str] = []  # each chat's x-request-id, as the server received it
+
 
 async def chat(request: Request) -> Response:
     question = (await request.json())["messages"][-1]["content"]
+    SEEN_IDS.append(request.headers.get("x-request-id", ""))
 
     async def events() -> AsyncIterator[str]:
         yield sse_chunk({"role": "assistant", "content": "x"}, None)
@@ -72,5 +76,7 @@ def test_a_stalled_stream_fails_after_the_timeout_and_the_next_chat_runs(server:
     assert outcome.failures == 1 and len(outcome.samples) == 1
     ((kind, count),) = outcome.errors.items()
     assert count == 1
-    assert kind.startswith("ChatStalled: not ended after 1 s (first chunk at ")
+    # It names the chat by the id the server had (the platform's logs name a stuck one so).
+    assert kind.startswith("ChatStalled: not ended after 1 s (bench-kv-k0-0: first chunk at ")
     assert kind.endswith(", 1 with text)")
+    assert SEEN_IDS == ["bench-kv-k0-0", "bench-kv-k0-1"]
