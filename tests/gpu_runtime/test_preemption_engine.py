@@ -167,3 +167,40 @@ def test_a_parting_is_accepted_only_at_a_near_tie() -> None:
     elsewhere = Served([5, 2, 7], logprobs=[{5: -0.1}, {2: -0.6, 6: -0.8}, {7: -0.2}])
     with pytest.raises(AssertionError):  # the reference never had this token near the top
         parting(reference, elsewhere)
+
+
+def test_a_request_held_at_the_gate_is_seen_there_in_the_runtimes_stages(
+    runtime: EngineHarness, one_slot: None
+) -> None:
+    """The runtime's requests in flight by stage (``gpu_runtime/client/inflight.py``): under
+    contention a tenant's second request waits at the fair gate while the first streams, and
+    ``/v1/stats`` says so; once all have ended no request is left in any of those stages."""
+    rt = runtime
+    a, b = (TenantId(f"tenant-{uuid.uuid4().hex[:8]}") for _ in range(2))
+    prompt = rt.compose(a, rt.config(window=0), [], QUERIES[0])
+
+    def long(tenant: TenantId) -> p.GenerateRequest:
+        return p.GenerateRequest(
+            tenant=tenant.value, token_ids=list(prompt.token_ids), mode="prompt",
+            sampling=p.SamplingModel(max_tokens=96, ignore_eos=True),
+        )  # fmt: skip
+
+    seen: list[dict[str, dict[str, float]]] = []
+
+    async def contended(client: RuntimeClient) -> list[Served]:
+        started = [asyncio.Event() for _ in range(2)]
+        first = asyncio.create_task(_stream(client, long(a), started[0]))
+        other = asyncio.create_task(_stream(client, long(b), started[1]))  # contention
+        await asyncio.wait_for(asyncio.gather(*(s.wait() for s in started)), timeout=120)
+        second = asyncio.create_task(_stream(client, long(a), asyncio.Event()))  # a's second
+        while not second.done() and not any("fair_gate" in s for s in seen):
+            seen.append((await asyncio.to_thread(rt.client.stats)).in_flight)
+            await asyncio.sleep(0.02)
+        return list(await asyncio.gather(first, other, second))
+
+    served = _run(rt, contended)
+    assert all(len(s.ids) == 96 for s in served)
+    held = next(s for s in seen if "fair_gate" in s)
+    assert held["fair_gate"]["count"] == 1 and held["streaming"]["count"] == 2
+    after = rt.client.stats().in_flight
+    assert not {"fair_gate", "engine", "streaming", "preamble"} & after.keys()
