@@ -51,6 +51,12 @@ class AdminClient:
         rows: list[dict[str, Any]] = self._get("/v1/admin/fairness")["tenants"]
         return rows
 
+    def in_flight(self) -> dict[str, Any]:
+        """Requests in flight by stage: the API's (``in_flight``, ``stuck_total``) and each
+        runtime replica's (``in_flight``: stage -> count and the oldest's seconds there)."""
+        result: dict[str, Any] = self._get("/v1/admin/in-flight")
+        return result
+
     def limits(self, tenant_id: str) -> dict[str, Any]:
         result: dict[str, Any] = self._get(f"/v1/tenants/{tenant_id}/limits")
         return result

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 
 from prometheus_client import (
+    REGISTRY,
     CollectorRegistry,
     Counter,
     Gauge,
@@ -59,12 +60,14 @@ GC_PAUSE = Histogram(
 GC_PAUSES = GcPauses(GC_PAUSE)
 
 # Requests in flight by stage (gpu_runtime/client/inflight.py): summed over the live processes.
+IN_FLIGHT_NAME = "inferscale_api_requests_in_flight"
+STUCK_NAME = "inferscale_api_stuck_requests"
 IN_FLIGHT = Gauge(
-    "inferscale_api_requests_in_flight", "Requests in flight by stage (the API's)", ["stage"],
+    IN_FLIGHT_NAME, "Requests in flight by stage (the API's)", ["stage"],
     multiprocess_mode="livesum",
 )  # fmt: skip
 STUCK = Counter(
-    "inferscale_api_stuck_requests_total",
+    STUCK_NAME,
     "Requests that made no progress for INFERSCALE_STUCK_REQUEST_S in a stage",
     ["stage"],
 )
@@ -84,10 +87,30 @@ def count_stuck(tracked: Tracked) -> None:
     STUCK.labels(tracked.stage).inc()
 
 
-def render() -> bytes:
-    """The exposition of this process's series, or of every API process's, summed."""
+def _registry() -> CollectorRegistry:
+    """This process's series, or every API process's, summed."""
     if os.environ.get(MULTIPROCESS_DIR):
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        return generate_latest(registry)
-    return generate_latest()
+        return registry
+    return REGISTRY
+
+
+def render() -> bytes:
+    """The exposition of this process's series, or of every API process's, summed."""
+    return generate_latest(_registry())
+
+
+def requests_in_flight() -> dict[str, dict[str, float]]:
+    """The API's requests in flight by stage and those reported stuck, over every API
+    process (as last published, each second): ``{"in_flight": {stage: n}, "stuck_total":
+    {stage: n}}``."""
+    wanted = {IN_FLIGHT_NAME: "in_flight", STUCK_NAME + "_total": "stuck_total"}
+    out: dict[str, dict[str, float]] = {"in_flight": {}, "stuck_total": {}}
+    for metric in _registry().collect():
+        for sample in metric.samples:
+            if sample.name in wanted and sample.value:
+                into = out[wanted[sample.name]]
+                stage = sample.labels["stage"]
+                into[stage] = into.get(stage, 0.0) + sample.value
+    return out

@@ -102,6 +102,30 @@ def render(client: AdminClient) -> None:
         return
     _render_latency(rows)
     _fairness(client)
+    _in_flight(client)
+
+
+def _in_flight(client: AdminClient) -> None:
+    """Where requests are now, per process and stage: a stage that keeps requests, or an old
+    one there, is where they wait (a stuck one is in the process's log with its stack)."""
+    st.subheader("Requests in flight by stage")
+    body = client.in_flight()
+    rows = [{"process": "API", "stage": stage, "requests": n, "oldest s": None}
+            for stage, n in body["api"]["in_flight"].items()]  # fmt: skip
+    for runtime in body["runtimes"]:
+        rows += [{"process": f"runtime {runtime['replica']}", "stage": stage,
+                  "requests": entry["count"], "oldest s": entry["oldest_s"]}
+                 for stage, entry in runtime["in_flight"].items()]  # fmt: skip
+    table = pd.DataFrame(rows, columns=["process", "stage", "requests", "oldest s"])
+    st.altair_chart(alt.Chart(table).mark_bar().encode(
+        x=alt.X("requests:Q", title="requests in flight"), y=alt.Y("stage:N", title=None),
+        color="process:N"), use_container_width=True)  # fmt: skip
+    st.dataframe(table, hide_index=True)
+    stuck = body["api"]["stuck_total"]
+    if stuck:
+        named = ", ".join(f"{n:.0f} in {stage}" for stage, n in sorted(stuck.items()))
+        st.warning(f"Requests the API reported stuck since its processes started: {named} "
+                   "(its log has where each waited).")  # fmt: skip
 
 
 def _render_latency(rows: list[dict[str, object]]) -> None:

@@ -105,7 +105,12 @@ def test_every_page_renders_its_charts_and_tables_with_data(stack_with_data: str
     assert not at.exception and not at.error, _text(at)
     assert "TTFT against the number of memories k" in _text(at)
     assert "Fairness per tenant" in _text(at)
-    assert len(at.dataframe) == 2  # the p50/p95 table, the per-tenant one (charts: Vega specs)
+    assert "Requests in flight by stage" in _text(at)
+    # the p50/p95 table, the per-tenant one, requests in flight (charts: Vega specs)
+    assert len(at.dataframe) == 3
+    stages = at.dataframe[2].value  # the runtime is asked while the page renders: it shows
+    runtime = stages[stages["process"] == f"runtime {os.environ['INFERSCALE_RUNTIME_URL']}"]
+    assert "received" in set(runtime["stage"]) and (runtime["requests"] >= 1).all()
 
     at = _run_page("jobs", stack_with_data)
     assert not at.exception and not at.error, _text(at)

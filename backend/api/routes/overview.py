@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
 
+from backend.api import metrics
 from backend.api.deps import AdminDep, ResourcesDep, SessionDep
 from backend.api.schemas.common import AUTHED, error_responses
 from backend.errors import AppError
@@ -66,3 +67,16 @@ def fairness(_: AdminDep, session: SessionDep, resources: ResourcesDep) -> dict[
         rows.append({"tenant_id": tid.value, "name": listed["name"],
                      **resources.limiter.usage(tid), "gate": gates.get(tid.value)})  # fmt: skip
     return {"tenants": rows, "runtime": bool(gates) or None}
+
+
+@router.get("/in-flight")
+def in_flight(_: AdminDep, resources: ResourcesDep) -> dict[str, Any]:
+    """Requests in flight by stage, and those reported stuck (no progress for
+    ``INFERSCALE_STUCK_REQUEST_S``): the API's, over its processes, and each runtime replica's
+    (``gpu_runtime/client/inflight.py``)."""
+    try:
+        runtimes = [{"replica": url, "in_flight": stats.in_flight}
+                    for url, stats in resources.engine.stats_everywhere()]  # fmt: skip
+    except AppError:
+        runtimes = []
+    return {"api": metrics.requests_in_flight(), "runtimes": runtimes}

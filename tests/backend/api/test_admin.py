@@ -129,3 +129,18 @@ def test_residency_lists_every_rank_and_sums_them(api: TestClient) -> None:
     for field in ("gpu_bytes", "host_bytes", "entries", "gpu_capacity_bytes", "evictions"):
         assert body["totals"][field] == sum(w[field] for w in body["workers"])
     assert "load_latency" not in body["totals"] and "replica" not in body["totals"]
+
+
+def test_requests_in_flight_by_stage_for_operators(
+    api: TestClient, make_tenant: Callable[[], TenantHandle]
+) -> None:
+    """The API's and each runtime replica's requests by stage (``/v1/admin/in-flight``): the
+    runtime shows the stats request the API sent it; only the admin key sees any of it."""
+    body = api.get("/v1/admin/in-flight", headers=ADMIN).json()
+    assert set(body["api"]) == {"in_flight", "stuck_total"}
+    ((runtime),) = body["runtimes"]
+    assert runtime["in_flight"]["received"]["count"] >= 1  # the API's own stats request
+    assert runtime["in_flight"]["received"]["oldest_s"] >= 0
+    tenant = make_tenant()
+    assert api.get("/v1/admin/in-flight", headers=tenant.headers).status_code == 403
+    assert api.get("/v1/admin/in-flight").status_code == 401
