@@ -120,23 +120,23 @@ def _frame_lines(frames: list[FrameType]) -> list[str]:
             for f in frames]  # fmt: skip
 
 
+def _first_set(obj: Any, names: tuple[str, ...]) -> Any:
+    """The first of ``obj``'s attributes ``names`` that is set (coroutine, async generator and
+    generator name theirs apart), or None."""
+    return next((getattr(obj, n) for n in names if getattr(obj, n, None) is not None), None)
+
+
 def await_chain(task: asyncio.Task[Any]) -> list[str]:
     """Where a task waits: its coroutine, what that awaits, and so on down to the future
     (``Task.get_stack`` gives the outermost frame only)."""
     frames: list[FrameType] = []
     awaited: Any = task.get_coro()
     for _ in range(200):  # a chain is never this deep; guards a cycle
-        frame = next(
-            (getattr(awaited, a) for a in ("cr_frame", "ag_frame", "gi_frame")
-             if getattr(awaited, a, None) is not None), None,
-        )  # fmt: skip
+        frame = _first_set(awaited, ("cr_frame", "ag_frame", "gi_frame"))
         if frame is None:
             break
         frames.append(frame)
-        awaited = next(
-            (getattr(awaited, a) for a in ("cr_await", "ag_await", "gi_yieldfrom")
-             if getattr(awaited, a, None) is not None), None,
-        )  # fmt: skip
+        awaited = _first_set(awaited, ("cr_await", "ag_await", "gi_yieldfrom"))
         if awaited is None:
             break
     return _frame_lines(frames)
