@@ -47,7 +47,9 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
             freeze_start_up_heap()
         resources.engine.bind_loop(asyncio.get_running_loop())
         metrics.GC_PAUSES.install()
-        watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
+        watching = asyncio.create_task(
+            watch_event_loop(metrics.EVENT_LOOP_LAG, metrics.GC_PAUSES.flush)
+        )
         stuck = asyncio.create_task(
             watch(resources.inflight, logger, metrics.publish_in_flight, metrics.count_stuck)
         )

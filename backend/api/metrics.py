@@ -98,6 +98,7 @@ def _registry() -> CollectorRegistry:
 
 def render() -> bytes:
     """The exposition of this process's series, or of every API process's, summed."""
+    GC_PAUSES.flush()
     return generate_latest(_registry())
 
 

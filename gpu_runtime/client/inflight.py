@@ -70,6 +70,7 @@ class InFlight:
         self.stuck_after_s = stuck_after_s
         self._tracked: set[Tracked] = set()
         self.stuck_total: dict[str, int] = {}  # stage -> requests reported stuck there
+        self.watch_failures = 0  # the watcher's rounds that raised (logged; it goes on)
 
     def begin(self, request_id: str, stage: str, tenant: str | None = None) -> Tracked:
         """On the event loop."""
@@ -178,26 +179,45 @@ async def watch(
     interval_s: float = WATCH_S,
 ) -> None:
     """Runs for the process's life: the counts to ``publish`` each ``interval_s``, and every
-    newly stuck request logged with where it waits (every stack too, at most each 10 min)."""
+    newly stuck request logged with where it waits (every stack too, at most each 10 min).
+    A round that fails is logged and the watcher goes on: a task that died would leave the
+    published counts frozen and report nothing stuck, silently (nobody awaits it)."""
     dumped = -DUMP_EVERY_S
     while True:
         await asyncio.sleep(interval_s)
-        now = time.monotonic()
-        if publish is not None:
-            publish(inflight.snapshot(now))
-        stuck = inflight.newly_stuck(now)
-        for tracked in stuck:
-            if on_stuck is not None:
-                on_stuck(tracked)
-            logger.warning(
-                "request %s (tenant %s) stuck in %s for %.0f s, %.0f s after it arrived; it "
-                "waits in:\n%s",
-                tracked.request_id, tracked.tenant, tracked.stage, now - tracked.since,
-                now - tracked.began, where(tracked),
-            )  # fmt: skip
-        if stuck and now - dumped >= DUMP_EVERY_S:
-            dumped = now
-            logger.warning("every stack of this process (pid %s):\n%s", os.getpid(), all_stacks())
+        try:
+            if _watch_round(inflight, logger, publish, on_stuck, dumped):
+                dumped = time.monotonic()
+        except Exception:
+            inflight.watch_failures += 1
+            logger.exception("the in-flight watcher's round failed (it goes on)")
+
+
+def _watch_round(
+    inflight: InFlight,
+    logger: logging.Logger,
+    publish: Callable[[dict[str, dict[str, float]]], None] | None,
+    on_stuck: Callable[[Tracked], None] | None,
+    dumped: float,
+) -> bool:
+    """One round of ``watch``; True when it dumped every stack."""
+    now = time.monotonic()
+    if publish is not None:
+        publish(inflight.snapshot(now))
+    stuck = inflight.newly_stuck(now)
+    for tracked in stuck:
+        if on_stuck is not None:
+            on_stuck(tracked)
+        logger.warning(
+            "request %s (tenant %s) stuck in %s for %.0f s, %.0f s after it arrived; it "
+            "waits in:\n%s",
+            tracked.request_id, tracked.tenant, tracked.stage, now - tracked.since,
+            now - tracked.began, where(tracked),
+        )  # fmt: skip
+    if stuck and now - dumped >= DUMP_EVERY_S:
+        logger.warning("every stack of this process (pid %s):\n%s", os.getpid(), all_stacks())
+        return True
+    return False
 
 
 def tracked_of(scope: Scope) -> Tracked | None:

@@ -124,7 +124,9 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
         metrics.GC_PAUSES.install()
-        watching = asyncio.create_task(watch_event_loop(metrics.EVENT_LOOP_LAG))
+        watching = asyncio.create_task(
+            watch_event_loop(metrics.EVENT_LOOP_LAG, metrics.GC_PAUSES.flush)
+        )
         stuck = asyncio.create_task(watch(state.inflight, logger, on_stuck=metrics.count_stuck))
         starting = asyncio.ensure_future(_start_engine(state))
         try:

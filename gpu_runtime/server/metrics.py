@@ -53,6 +53,7 @@ def render(
     """The process's series plus the pool's, from the workers' stats of this scrape, each
     tenant's side of the fair gate (``FairGate.snapshot()``) and the requests in flight by
     stage (``InFlight.snapshot()``)."""
+    GC_PAUSES.flush()
     pool = CollectorRegistry()
     pool.register(_PoolCollector(workers))
     pool.register(_FairnessCollector(fairness))

@@ -130,6 +130,44 @@ def test_a_stuck_task_is_logged_with_its_chain_of_awaits(caplog: pytest.LogCaptu
     assert len(dumps) == 1 and "_inner_wait" in dumps[0]
 
 
+def test_a_failing_round_is_logged_and_the_watcher_goes_on(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A watcher task that died would freeze the published counts and report nothing stuck,
+    with nobody to notice (nothing awaits it)."""
+    logger = logging.getLogger("test.inflight")
+    published: list[dict[str, dict[str, float]]] = []
+    reported: list[str] = []
+
+    def flaky(snapshot: dict[str, dict[str, float]]) -> None:
+        published.append(snapshot)
+        if len(published) == 1:
+            raise OSError("the metrics file went away")
+
+    async def scenario() -> InFlight:
+        inflight = InFlight(stuck_after_s=0.05)
+        never = asyncio.Event()
+        chat = asyncio.create_task(_outer_chat(inflight, never))
+        watcher = asyncio.create_task(
+            watch(inflight, logger, flaky, lambda t: reported.append(t.request_id),
+                  interval_s=0.02)
+        )  # fmt: skip
+        await asyncio.sleep(0.2)
+        assert not watcher.done()
+        chat.cancel()
+        watcher.cancel()
+        await asyncio.gather(chat, watcher, return_exceptions=True)
+        return inflight
+
+    with caplog.at_level(logging.WARNING, logger="test.inflight"):
+        inflight = asyncio.run(scenario())
+    assert inflight.watch_failures == 1
+    assert len(published) > 3  # it went on publishing
+    assert reported == ["chat-1"]  # and reporting
+    failed = [r for r in caplog.records if "round failed" in r.getMessage()]
+    assert len(failed) == 1 and failed[0].exc_info is not None
+
+
 def _app(inflight: InFlight, seen: list[dict[str, dict[str, float]]]) -> TrackRequests:
     async def endpoint(request: Request) -> JSONResponse:
         tracked = tracked_of(request.scope)
