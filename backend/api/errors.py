@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import psycopg.errors
 import sqlalchemy.exc
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -48,6 +49,16 @@ def install_error_handlers(app: FastAPI) -> None:
         logger.warning("database unavailable (%s): %s", type(exc).__name__, str(exc)[:300])
         message = "the database is unavailable or saturated; retry shortly"
         return JSONResponse(error_body("database_unavailable", message), status_code=503)
+
+    @app.exception_handler(sqlalchemy.exc.ProgrammingError)
+    async def _schema(_: Request, exc: sqlalchemy.exc.ProgrammingError) -> JSONResponse:
+        # A table or column this code needs is missing: the schema is behind (not migrated
+        # yet, or a deploy skipped it). Not the client's fault, and not a bug to hide in a 500.
+        if not isinstance(exc.orig, psycopg.errors.UndefinedTable | psycopg.errors.UndefinedColumn):
+            raise exc  # any other: a bug, answered as a 500 by UnhandledErrors
+        logger.error("database schema behind this version: %s", str(exc.orig)[:300])
+        message = "the database schema is not at this version's; the operator must run migrations"
+        return JSONResponse(error_body("database_schema_outdated", message), status_code=503)
 
     @app.exception_handler(HTTPException)
     async def _http(_: Request, exc: HTTPException) -> JSONResponse:

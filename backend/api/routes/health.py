@@ -9,6 +9,7 @@ from sqlalchemy import text
 
 from backend.api.deps import ResourcesDep
 from backend.api.metrics import render as render_metrics
+from backend.db.schema import schema_problem
 from backend.db.session import get_engine
 
 router = APIRouter(tags=["health"])
@@ -25,7 +26,8 @@ def readyz(resources: ResourcesDep) -> JSONResponse:
     try:
         with get_engine().connect() as conn:
             conn.execute(text("select 1"))
-        checks["database"] = "ok"
+            problem = schema_problem(conn)
+        checks["database"] = problem or "ok"
     except Exception as exc:
         checks["database"] = f"down: {type(exc).__name__}"
     try:

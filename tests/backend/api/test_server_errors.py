@@ -1,5 +1,6 @@
-"""A bug's 500 keeps the connection usable, and a database that is down is a 503 with a clear
-message (the app served by uvicorn on a real socket; a real Postgres URL nothing listens on)."""
+"""A bug's 500 keeps the connection usable, a database that is down is a 503 with a clear
+message (the app served by uvicorn on a real socket; a real Postgres URL nothing listens on),
+and one whose schema was never migrated is not ready and answers 503, not 500."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 
 from backend.main import create_app
 from gpu_runtime.client.launch import free_port
-from tests.databases import REPO
+from tests.databases import REPO, create_database, drop_database
 from tests.processes import api_args, served_in_thread, spawn, wait_healthy
 from tests.support import ADMIN
 
@@ -92,3 +93,56 @@ def test_postgres_down_is_a_503_with_a_clear_message(
     while "database unavailable (OperationalError)" not in log.read_text():
         assert time.monotonic() < deadline, log.read_text()[-2000:]
         time.sleep(0.1)
+
+
+@pytest.fixture
+def app_on_an_unmigrated_database() -> Iterator[int]:
+    """The API as its own process on a real, empty database (``inferscale migrate`` not run)."""
+    name = f"inferscale_unmigrated_{os.getpid()}"
+    drop_database(name)
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": create_database(name)}
+    log = REPO / f".pytest-unmigrated-{port}.log"
+    proc = spawn(api_args(port, "critical"), env, log)
+    try:
+        wait_healthy(f"http://127.0.0.1:{port}")
+        yield port
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.unlink(missing_ok=True)
+        drop_database(name)
+
+
+def test_an_unmigrated_schema_is_not_ready_and_a_503_not_a_500(
+    app_on_an_unmigrated_database: int,
+) -> None:
+    base = f"http://127.0.0.1:{app_on_an_unmigrated_database}"
+    ready = httpx.get(f"{base}/readyz", timeout=30)
+    assert ready.status_code == 503
+    assert ready.json()["checks"]["database"] == "schema not migrated: run `inferscale migrate`"
+    created = httpx.post(f"{base}/v1/tenants", headers=ADMIN, json={"name": "acme"}, timeout=30)
+    assert created.status_code == 503, created.text
+    assert created.json()["error"]["code"] == "database_schema_outdated"
+
+
+def test_a_schema_behind_the_code_names_both_revisions(migrated_database: str) -> None:
+    from sqlalchemy import create_engine, text
+
+    from backend.db.schema import head_revision, schema_problem
+
+    engine = create_engine(migrated_database)
+    try:
+        with engine.connect() as conn:
+            assert schema_problem(conn) is None  # at head
+            conn.execute(text("update alembic_version set version_num = 'an_older_one'"))
+            try:
+                problem = schema_problem(conn)
+            finally:
+                conn.rollback()  # the session's database stays at head
+    finally:
+        engine.dispose()
+    assert problem == (
+        f"schema at revision an_older_one, this version needs {head_revision()}: "
+        "run `inferscale migrate`"
+    )
