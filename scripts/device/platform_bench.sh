@@ -134,6 +134,16 @@ case ${1:-} in
     } >"$res/inflight-after.txt" 2>&1
     cat "$res/inflight-after.txt"
     grep -h -A12 "stuck in" /opt/platform/logs/*.log | head -80
+    # A stalled chat, or one the API still holds: every API process's and the runtime's stacks,
+    # dumped from outside. A process whose event loop is itself stuck cannot log (run 26: an API
+    # process deadlocked in its metrics; only py-spy saw it).
+    if grep -q "ChatStalled" "$res"/serve-*.log 2>/dev/null \
+        || grep -E '^inferscale_api_requests_in_flight' "$res/inflight-after.txt" | grep -vq ' 0.0$'; then
+      for pid in $(pgrep -P "$(cat /opt/platform/api.pid)" -f spawn_main) $(cat /opt/platform/runtime.pid); do
+        timeout 20 /opt/vsite/bin/py-spy dump --locals -p "$pid" >"$res/pyspy-dump-$pid.txt" 2>&1
+      done
+      grep -l "MmapedValue\|acquire" "$res"/pyspy-dump-*.txt 2>/dev/null | sed 's/^/!! a thread waits on a lock: /'
+    fi
     # What the chat's two hops and its Postgres and Redis round trips cost alone on this host.
     [ "${FLOORS:-1}" = 1 ] && python3 -m bench floors --rounds 300 --out "$res/floors" | tail -8
     [ "${ENCODE:-1}" = 1 ] && python3 -m bench encode --runtime-url http://127.0.0.1:8100 --windows 0 --encode-facts 169 \
