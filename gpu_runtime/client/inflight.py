@@ -49,6 +49,9 @@ class Tracked:
     thread: int | None = None  # the thread a blocking stage runs in (else ``task``'s)
     task: asyncio.Task[Any] | None = None
     reported: str | None = None  # the stage it was last reported stuck in
+    # A streamed response's body (an async generator): a task awaiting its ``__anext__`` shows
+    # no deeper frame, so ``where`` walks on from the generator itself.
+    body: Any = None
 
     def __post_init__(self) -> None:
         self.since = self.since or self.began
@@ -130,8 +133,12 @@ def _first_set(obj: Any, names: tuple[str, ...]) -> Any:
 def await_chain(task: asyncio.Task[Any]) -> list[str]:
     """Where a task waits: its coroutine, what that awaits, and so on down to the future
     (``Task.get_stack`` gives the outermost frame only)."""
+    return _chain(task.get_coro())
+
+
+def _chain(awaited: Any) -> list[str]:
+    """The frames from a coroutine, async generator or generator down what each awaits."""
     frames: list[FrameType] = []
-    awaited: Any = task.get_coro()
     for _ in range(200):  # a chain is never this deep; guards a cycle
         frame = _first_set(awaited, ("cr_frame", "ag_frame", "gi_frame"))
         if frame is None:
@@ -151,7 +158,10 @@ def where(tracked: Tracked) -> str:
             return "".join(traceback.format_stack(frame)).rstrip()
         return "  (its thread has moved on)"
     if tracked.task is not None and not tracked.task.done():
-        return "\n".join(await_chain(tracked.task)) or "  (no frame)"
+        lines = await_chain(tracked.task)
+        if tracked.body is not None:  # the chain breaks at the body's __anext__: go on from it
+            lines += ["  (the response's body:)", *_chain(tracked.body)]
+        return "\n".join(lines) or "  (no frame)"
     return "  (no thread or task recorded)"
 
 

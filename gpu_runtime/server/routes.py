@@ -158,7 +158,10 @@ async def generate(body: GenerateBody, runtime: RuntimeDep, http: Request) -> St
     except Exception:
         metrics.REQUESTS.labels(mode.value, "refused").inc()
         raise
-    return StreamingResponse(_ndjson(first, events, mode), media_type="application/x-ndjson")
+    lines = _ndjson(first, events, mode)
+    if tracked is not None:
+        tracked.body = lines
+    return StreamingResponse(lines, media_type="application/x-ndjson")
 
 
 def _structured(wanted: p.StructuredModel | None) -> Structured | None:

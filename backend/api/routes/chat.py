@@ -129,10 +129,10 @@ async def chat_completions(
     first = await anext(events)  # errors before the first token are HTTP errors
     stream = ChatStream(completion_id, created, model, body)
     if body.stream:
-        return StreamingResponse(
-            _sse(run, first, events, tenant, stream, admission, tracked),
-            media_type="text/event-stream",
-        )
+        sse = _sse(run, first, events, tenant, stream, admission, tracked)
+        if tracked is not None:
+            tracked.body = sse
+        return StreamingResponse(sse, media_type="text/event-stream")
     if tracked is not None:
         InFlight.move(tracked, "generating")
     received = [first, *[event async for event in events]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -128,6 +129,42 @@ def test_a_stuck_task_is_logged_with_its_chain_of_awaits(caplog: pytest.LogCaptu
     assert "_outer_chat" in stuck[0] and "_inner_wait" in stuck[0]  # down the chain
     dumps = [r.getMessage() for r in caplog.records if "every stack" in r.getMessage()]
     assert len(dumps) == 1 and "_inner_wait" in dumps[0]
+
+
+async def _body(never: asyncio.Event) -> AsyncIterator[str]:
+    yield "first"
+    await _inner_wait(never)
+    yield "never"
+
+
+async def _stream_response(body: AsyncIterator[str]) -> None:
+    async for _ in body:  # as Starlette's StreamingResponse consumes a body
+        pass
+
+
+def test_where_walks_on_into_a_streamed_body() -> None:
+    """A task awaiting an async generator's ``__anext__`` shows no deeper frame; the body
+    recorded on the request takes the chain on to where the stream waits."""
+
+    async def scenario() -> tuple[str, str]:
+        inflight = InFlight()
+        never = asyncio.Event()
+        body = _body(never)
+        streaming = asyncio.create_task(_stream_response(body))
+        tracked = inflight.begin("chat-2", "streaming")
+        tracked.task = streaming
+        await asyncio.sleep(0.05)
+        without = where(tracked)
+        tracked.body = body
+        with_body = where(tracked)
+        streaming.cancel()
+        await asyncio.gather(streaming, return_exceptions=True)
+        return without, with_body
+
+    without, with_body = asyncio.run(scenario())
+    assert "_stream_response" in without and "_inner_wait" not in without
+    assert "_stream_response" in with_body
+    assert "_body" in with_body and "_inner_wait" in with_body
 
 
 def test_a_failing_round_is_logged_and_the_watcher_goes_on(
