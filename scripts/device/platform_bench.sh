@@ -306,11 +306,14 @@ case ${1:-} in
     # KV cache instead of 173,296 (run 20's first call: 3.56x where the next three gave 5.0-5.4x).
     for _ in $(seq 300); do curl -sf http://127.0.0.1:8011/health >/dev/null && break; sleep 1; done
     curl -sf http://127.0.0.1:8011/health >/dev/null || { tail -30 /opt/platform/logs/peer.log; exit 1; }
-    python3 -m bench peer --model "$model" --load-format dummy \
+    # PARTS=offload,peer: the host tier with the hint 0, 5, 10, 20 ms ahead on the same runtime
+    # first, so that every row of issue 29's table comes from one command in one run.
+    python3 -m bench "${PARTS:-peer}" --model "$model" --load-format dummy \
       --tokenizer /opt/platform/tokenizer --gpu-memory-utilization 0.45 --peer-url http://127.0.0.1:8011 \
-      --repeats 10 --ks 0,50 --peer-ks 0,50 --users "${USERS:-100}" --rounds 2 --out "$res/runtime-peer" \
+      --offload-k 50 --hint-leads 5,10,20 \
+      --repeats "${REPEATS:-10}" --ks 0,50 --peer-ks 0,50 --users "${USERS:-100}" --rounds 2 --out "$res/runtime-peer" \
       > "$res/runtime-peer.log" 2>&1 || echo "bench exit $?"
-    grep -E "^(ttft|throughput|peer)|x " "$res/runtime-peer.log" | tail -30
+    grep -E "^(ttft|throughput|peer|offload)|x " "$res/runtime-peer.log" | tail -40
     ;;
   fairness)
     # The 8B shape's platform; fair-gate sizes up to what a GPU batches almost for free.
