@@ -14,6 +14,16 @@ export INFERSCALE_DASHBOARD_PORT=${INFERSCALE_DASHBOARD_PORT:-8501}
 export INFERSCALE_RUNTIME_URL=${INFERSCALE_RUNTIME_URL:-http://127.0.0.1:$INFERSCALE_RUNTIME_PORT}
 export INFERSCALE_API_URL=http://127.0.0.1:$INFERSCALE_API_PORT
 
+# The schema first (idempotent), so `bash scripts/demo.sh` alone works on a database that
+# exists; `make demo` also starts local Postgres and Redis and creates the database.
+.venv/bin/inferscale migrate >"$logs/migrate.log" 2>&1 || {
+  echo "!! the database schema could not be migrated (log: $logs/migrate.log): is Postgres up" \
+    "and the database created? \`make demo\` starts both" >&2
+  tail -5 "$logs/migrate.log" >&2
+  exit 1
+}
+echo "--> database schema at head"
+
 pids=()
 cleanup() { trap - EXIT INT TERM; kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
