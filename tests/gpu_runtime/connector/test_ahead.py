@@ -1,6 +1,7 @@
 """Facts pinned ahead by a prefetch hint: held within bounds, taken by the load they name (its
-preamble pinned then), released when they expire, dropped by a purge, never across tenants;
-and a load that takes them injects the very bytes it would have without the hint."""
+preamble pinned then), released when they expire, dropped by a purge, never across tenants,
+let go by a hint its load overtook; and a load that takes them injects the very bytes it would
+have without the hint."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from gpu_runtime.connector import ahead as ahead_module
 from gpu_runtime.connector import plan
 from gpu_runtime.connector.ahead import PinnedAhead
 from gpu_runtime.connector.metadata import InjectionMetadata, LoadPiece, LoadRequest
@@ -127,6 +129,82 @@ def test_a_hint_whose_preamble_is_not_encoded_yet_holds_the_facts(tmp_path: Path
     missing = FactKey.for_fact(A, "never-stored", 1, CFG)
     assert not ahead.hint(A, [missing, *facts])  # only a preamble may be left out
     assert pool.stats(A)["pinned"] == 0
+
+
+class Overtaken:
+    """The pool's ``acquire``, running ``meanwhile`` once while it pins: what the engine core's
+    thread does while the hint listener's thread is still pinning (a hint races its request)."""
+
+    def __init__(self, pool: TieredKVPool) -> None:
+        self.pool = pool
+        self.meanwhile: Callable[[], object] | None = None
+        self.seen: list[object] = []
+
+    def __call__(self, tenant: TenantId, keys: list[FactKey]) -> Any:
+        found = self.pool.acquire(tenant, keys)
+        if self.meanwhile is not None:
+            meanwhile, self.meanwhile = self.meanwhile, None
+            self.seen.append(meanwhile())
+        return found
+
+
+def overtaken(
+    tmp_path: Path, names: list[str]
+) -> tuple[TieredKVPool, list[FactKey], Overtaken, PinnedAhead]:
+    pool, keys = pool_with(tmp_path, A, names)
+    acquire = Overtaken(pool)
+    return pool, keys, acquire, PinnedAhead(acquire, pool.release)
+
+
+@pytest.mark.parametrize("named", ["all", "facts"])  # the API's hint names the preamble too
+def test_a_hint_its_load_overtook_lets_go_of_its_pins(tmp_path: Path, named: str) -> None:
+    pool, keys, acquire, ahead = overtaken(tmp_path, ["pre", "x", "y"])
+    acquire.meanwhile = lambda: ahead.take(A, keys)  # the load: the preamble and the facts
+    assert not ahead.hint(A, keys if named == "all" else keys[1:])
+    assert acquire.seen == [None]  # the load found nothing to take, and pinned on its own
+    # Nobody would take this hint's pins: held, they would keep the facts from eviction and
+    # from a demotion for a second, and take one of the bound's places.
+    assert pool.stats(A)["pinned"] == 0 and len(ahead) == 0
+    assert ahead.hint(A, keys)  # the next request's hint is held as before
+    taken = ahead.take(A, keys)
+    assert taken is not None and taken.keys == keys
+    pool.release(A, taken.keys)
+    assert pool.stats(A)["pinned"] == 0
+
+
+def test_a_load_of_other_facts_leaves_a_hint_being_pinned_alone(tmp_path: Path) -> None:
+    pool, keys, acquire, ahead = overtaken(tmp_path, ["x", "y", "z"])
+    acquire.meanwhile = lambda: ahead.take(A, keys[1:])  # another request's load
+    assert ahead.hint(A, keys[:2])
+    assert acquire.seen == [None]
+    assert pool.stats(A)["pinned"] == 2 and len(ahead) == 1
+
+
+def test_a_purge_while_a_hint_pins_leaves_nothing_pinned(tmp_path: Path) -> None:
+    pool, keys, acquire, ahead = overtaken(tmp_path, ["x", "y"])
+    acquire.meanwhile = lambda: ahead.drop(A)
+    assert not ahead.hint(A, keys)
+    assert pool.stats(A)["pinned"] == 0 and len(ahead) == 0
+
+
+def test_a_hint_that_fails_is_not_left_pending_nor_pinned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pool, keys = pool_with(tmp_path, A, ["x", "y"])
+
+    def broken(*args: object) -> Any:
+        raise RuntimeError("the pool failed")
+
+    ahead = PinnedAhead(broken, pool.release)
+    with pytest.raises(RuntimeError):
+        ahead.hint(A, keys)
+    ahead._acquire = pool.acquire
+    with monkeypatch.context() as patch:  # pinned, then planning the facts' tokens failed
+        patch.setattr(ahead_module, "token_template", broken)
+        with pytest.raises(RuntimeError):
+            ahead.hint(A, keys)
+    assert pool.stats(A)["pinned"] == 0  # what it pinned is released
+    assert ahead.hint(A, keys) and len(ahead) == 1  # and the slot is free again
 
 
 needs_triton = pytest.mark.skipif(not inject.available(), reason="Triton is not installed")
