@@ -34,7 +34,7 @@ import math
 import time
 from typing import Any
 
-from bench.runtime.measure import request_for, settled, summary, timed
+from bench.runtime.measure import demoted, request_for, summary, timed
 from bench.runtime.workload import Workload
 from gpu_runtime.client import protocol as p
 from gpu_runtime.connector.timing import (
@@ -109,9 +109,7 @@ class _Profiler:
         if mode == FACTS_AHEAD and hint is not None:  # the preamble's key comes first
             hint = p.KeysRequest(tenant=hint.tenant, keys=hint.keys[1:])
         if mode == HOST_AHEAD and hint is not None:  # every fact and the preamble to the host
-            demote = p.DemoteRequest(tenant=w.tenant.value, keys=hint.keys, tier="host")
-            await asyncio.to_thread(w.client.demote, demote)
-            await settled(w, hint, "host")
+            await demoted(w, hint)
         await asyncio.to_thread(w.client.trace, True)  # a fresh count of the worker's hooks
         lead = LEADS.get(mode)
         if lead is not None and hint is not None:  # the clock starts at the request

@@ -64,6 +64,7 @@ def test_ttft_throughput_offload_and_encode_harness(runtime: EngineHarness, tmp_
     # host tier is shared with every other test's tenants, so it may take only some; the
     # bench reports how many (resident < segments).
     assert 0 < moved["resident"]["host"] <= moved["segments"]
+    assert 0 < moved["resident"]["host_hint_5ms"] <= moved["segments"]  # after host_prefetch
     assert "penalty_ms" in moved and "prefetch_penalty_ms" in moved
     assert moved["host_hint_5ms"]["n"] == moved["gpu_hint_5ms"]["n"] == 1
     assert set(moved["lead_penalty_ms"]) == set(moved["lead_penalty_vs_gpu_ms"]) == {"5"}
