@@ -15,7 +15,7 @@ held, each for at most ``hold_s``; a hint over the bound is only a prefetch. A p
 tenant's held hints first. Torch-free: the pool's ``acquire`` and ``release`` are passed in.
 
 A hint races its request: the request's load may look for it while the hint's thread is still
-pinning (the promotion it starts first takes ~ms of Python for k=50). Such a hint is *pending*
+pinning (the worker starts the facts' promotion first, then pins). Such a hint is *pending*
 from the moment it is accepted; a load that finds its facts pending marks it missed and pins
 on its own, and the hint releases what it pinned as soon as it has. Before, it stayed held
 with nobody to take it, its facts neither evictable nor demotable for ``hold_s``, and such
