@@ -57,6 +57,9 @@ def session_factory() -> sessionmaker[Session]:
     return sessionmaker(bind=get_engine(), expire_on_commit=False)
 
 
+READS_ONLY = "inferscale_reads_only"
+
+
 @lru_cache
 def read_session_factory() -> sessionmaker[Session]:
     """Sessions for work that only reads (a chat's retrieval): each statement commits by itself,
@@ -64,7 +67,16 @@ def read_session_factory() -> sessionmaker[Session]:
     box). Under READ COMMITTED each statement of a transaction sees its own snapshot anyway:
     the reads see what they would see in one. Never for writes (they would not be atomic)."""
     engine = get_engine().execution_options(isolation_level="AUTOCOMMIT")
-    return sessionmaker(bind=engine, expire_on_commit=False)
+    return sessionmaker(bind=engine, expire_on_commit=False, info={READS_ONLY: True})
+
+
+def release_connection(session: Session) -> None:
+    """Before a wait that needs no database (a chat's query embedding): a read session hands
+    its connection back to the pool (no round trip: it has no transaction to end; what it
+    loaded stays loaded), so that chats waiting for their embeddings do not hold the pool a
+    process shares. A session that writes keeps its transaction: nothing happens."""
+    if session.info.get(READS_ONLY):
+        session.commit()
 
 
 def after_commit(session: Session, action: Callable[[], None]) -> None:

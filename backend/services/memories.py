@@ -11,6 +11,7 @@ import numpy as np
 import numpy.typing as npt
 
 from backend.db.models import EndUser, Fact, FactEncoding, FactHistory, JobKind
+from backend.db.session import release_connection
 from backend.errors import NotFoundError
 from backend.jobs.pipeline import outbox
 from backend.jobs.pipeline.tasks import TaskName
@@ -169,6 +170,7 @@ class MemoryService:
                 key, user.memory_revision, lambda: self.facts.live_briefs(user)
             )
             matched = [facts[i].id for i in index.ranking(query)]
+        release_connection(self.ctx.session)  # the embedding's wait holds no connection
         vector = vector_of()
         with self.splits.timed("dense"):
             dense = self.ctx.index.search(key, vector, max(1, self.ctx.index.size(key)))
@@ -190,6 +192,7 @@ class MemoryService:
             key = self._ensure_index(user)
         keywords = self.ctx.index.keywords
         if query is None or keywords is None or keywords.weight <= 0:
+            release_connection(self.ctx.session)  # the embedding's wait holds no connection
             vector = vector_of()
             with self.splits.timed("dense"):
                 return self.ctx.index.search(key, vector, top_k), None
