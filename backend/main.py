@@ -51,8 +51,9 @@ def create_app(settings: Settings | None = None, engine: EngineClient | None = N
             watch_event_loop(metrics.EVENT_LOOP_LAG, metrics.GC_PAUSES.flush)
         )
         stuck = asyncio.create_task(
-            watch(resources.inflight, logger, metrics.publish_in_flight, metrics.count_stuck)
-        )
+            watch(resources.inflight, logger, metrics.publish_in_flight, metrics.count_stuck,
+                  on_failure=metrics.count_watch_failure)
+        )  # fmt: skip
         try:
             yield
         finally:

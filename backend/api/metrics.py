@@ -71,6 +71,11 @@ STUCK = Counter(
     "Requests that made no progress for INFERSCALE_STUCK_REQUEST_S in a stage",
     ["stage"],
 )
+WATCH_FAILURES = Counter(
+    "inferscale_api_inflight_watch_failures",
+    "Rounds of the in-flight watcher that raised (logged; it goes on, but the gauges above and "
+    "the stuck counts may be stale while they do)",
+)
 _published: set[str] = set()
 
 
@@ -85,6 +90,10 @@ def publish_in_flight(snapshot: dict[str, dict[str, float]]) -> None:
 
 def count_stuck(tracked: Tracked) -> None:
     STUCK.labels(tracked.stage).inc()
+
+
+def count_watch_failure() -> None:
+    WATCH_FAILURES.inc()
 
 
 def _registry() -> CollectorRegistry:

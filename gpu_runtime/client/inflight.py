@@ -187,11 +187,13 @@ async def watch(
     publish: Callable[[dict[str, dict[str, float]]], None] | None = None,
     on_stuck: Callable[[Tracked], None] | None = None,
     interval_s: float = WATCH_S,
+    on_failure: Callable[[], None] | None = None,
 ) -> None:
     """Runs for the process's life: the counts to ``publish`` each ``interval_s``, and every
     newly stuck request logged with where it waits (every stack too, at most each 10 min).
-    A round that fails is logged and the watcher goes on: a task that died would leave the
-    published counts frozen and report nothing stuck, silently (nobody awaits it)."""
+    A round that fails is logged, counted (``on_failure``) and the watcher goes on: a task
+    that died would leave the published counts frozen and report nothing stuck, silently
+    (nobody awaits it)."""
     dumped = -DUMP_EVERY_S
     while True:
         await asyncio.sleep(interval_s)
@@ -201,6 +203,11 @@ async def watch(
         except Exception:
             inflight.watch_failures += 1
             logger.exception("the in-flight watcher's round failed (it goes on)")
+            if on_failure is not None:  # counted where an operator sees it (/metrics)
+                try:
+                    on_failure()
+                except Exception:
+                    logger.exception("counting the watcher's failure failed")
 
 
 def _watch_round(

@@ -127,7 +127,10 @@ def create_app(settings: RuntimeSettings | None = None) -> FastAPI:
         watching = asyncio.create_task(
             watch_event_loop(metrics.EVENT_LOOP_LAG, metrics.GC_PAUSES.flush)
         )
-        stuck = asyncio.create_task(watch(state.inflight, logger, on_stuck=metrics.count_stuck))
+        stuck = asyncio.create_task(
+            watch(state.inflight, logger, on_stuck=metrics.count_stuck,
+                  on_failure=metrics.count_watch_failure)
+        )  # fmt: skip
         starting = asyncio.ensure_future(_start_engine(state))
         try:
             yield

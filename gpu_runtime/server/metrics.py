@@ -41,8 +41,18 @@ STUCK = Counter(
 )  # fmt: skip
 
 
+WATCH_FAILURES = Counter(
+    "inferscale_runtime_inflight_watch_failures", "Rounds of the in-flight watcher that raised "
+    "(logged; it goes on)", registry=REGISTRY,
+)  # fmt: skip
+
+
 def count_stuck(tracked: Tracked) -> None:
     STUCK.labels(tracked.stage).inc()
+
+
+def count_watch_failure() -> None:
+    WATCH_FAILURES.inc()
 
 
 def render(

@@ -175,6 +175,7 @@ def test_a_failing_round_is_logged_and_the_watcher_goes_on(
     logger = logging.getLogger("test.inflight")
     published: list[dict[str, dict[str, float]]] = []
     reported: list[str] = []
+    counted: list[int] = []
 
     def flaky(snapshot: dict[str, dict[str, float]]) -> None:
         published.append(snapshot)
@@ -187,7 +188,7 @@ def test_a_failing_round_is_logged_and_the_watcher_goes_on(
         chat = asyncio.create_task(_outer_chat(inflight, never))
         watcher = asyncio.create_task(
             watch(inflight, logger, flaky, lambda t: reported.append(t.request_id),
-                  interval_s=0.02)
+                  interval_s=0.02, on_failure=lambda: counted.append(1))
         )  # fmt: skip
         await asyncio.sleep(0.2)
         assert not watcher.done()
@@ -198,7 +199,7 @@ def test_a_failing_round_is_logged_and_the_watcher_goes_on(
 
     with caplog.at_level(logging.WARNING, logger="test.inflight"):
         inflight = asyncio.run(scenario())
-    assert inflight.watch_failures == 1
+    assert inflight.watch_failures == 1 and counted == [1]  # counted for /metrics too
     assert len(published) > 3  # it went on publishing
     assert reported == ["chat-1"]  # and reporting
     failed = [r for r in caplog.records if "round failed" in r.getMessage()]
