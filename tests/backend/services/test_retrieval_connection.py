@@ -62,19 +62,20 @@ def _read_session() -> Iterator[Session]:
         yield session
 
 
-def test_a_read_sessions_connection_goes_back_to_the_pool_before_the_embedding_wait(
-    api: Any, make_tenant: Callable[[], TenantHandle]
+@pytest.mark.parametrize(
+    ("sessions", "held"),
+    [
+        (_read_session, False),  # a chat's: the connection back to the pool first
+        (session_scope, True),  # one that may write keeps its transaction (atomic writes)
+    ],
+)
+def test_the_embedding_wait_holds_a_connection_only_in_a_session_that_writes(
+    api: Any,
+    make_tenant: Callable[[], TenantHandle],
+    sessions: Callable[[], AbstractContextManager[Session]],
+    held: bool,
 ) -> None:
     tenant = _tenant_with_facts(api, make_tenant)
-    waiting, texts = _search_in(api, tenant, _read_session)
-    assert waiting == [False], "the read session still held its connection while waiting"
+    waiting, texts = _search_in(api, tenant, sessions)
+    assert waiting == [held]  # in a transaction, so holding its connection, while waiting
     assert texts[0] == FACTS[0]  # and the search finds what it found before
-
-
-def test_a_writing_session_keeps_its_transaction_through_the_wait(
-    api: Any, make_tenant: Callable[[], TenantHandle]
-) -> None:
-    tenant = _tenant_with_facts(api, make_tenant)
-    waiting, texts = _search_in(api, tenant, session_scope)
-    assert waiting == [True], "a session that may write must keep its transaction (atomic)"
-    assert texts[0] == FACTS[0]
